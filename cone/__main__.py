@@ -1,0 +1,3 @@
+from cone.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""Instruments that say whether an embedding space is healthy, and where each is blind."""
+
+from geometry.instruments import (
+    Estimate,
+    GeometryInputError,
+    anisotropy,
+    as_matrix,
+    decorrelation,
+    effective_rank,
+    mean_vector_ratio,
+    measure,
+    moments,
+    row_norms,
+    sigreg,
+    sigreg_centered,
+    sigreg_noise_floor,
+    top_pc_share,
+    uniformity,
+)
+
+__all__ = [
+    "Estimate",
+    "GeometryInputError",
+    "anisotropy",
+    "as_matrix",
+    "decorrelation",
+    "effective_rank",
+    "measure",
+    "mean_vector_ratio",
+    "moments",
+    "row_norms",
+    "sigreg",
+    "sigreg_centered",
+    "sigreg_noise_floor",
+    "top_pc_share",
+    "uniformity",
+]

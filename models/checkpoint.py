@@ -1,0 +1,113 @@
+"""Checkpoints: a folder of safetensors weights (fp16), config.json, tokenizer.json,
+token_counts.safetensors (how often each id occurred in training) and the training log.
+``resume.pt`` (fp32 master weights + optimizer) is written beside them for --resume only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from cone.errors import ConeError
+from models.gpt import GPT, GPTConfig
+from models.tokenizer import load_tokenizer
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+TOKENIZER = "tokenizer.json"
+TOKEN_COUNTS = "token_counts.safetensors"
+LOG = "train_log.jsonl"
+RESUME = "resume.pt"
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(
+    out: Path,
+    model: GPT,
+    tokenizer: Tokenizer,
+    token_counts: torch.Tensor,
+    meta: dict,
+    resume_state: dict | None = None,
+) -> None:
+    """Write every file to a temporary name first, so a kill mid-save leaves the old files."""
+    out.mkdir(parents=True, exist_ok=True)
+    half = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
+    _atomic(out / WEIGHTS, lambda p: save_file(half, str(p)))
+    _atomic(out / TOKEN_COUNTS, lambda p: save_file({"counts": token_counts.contiguous()}, str(p)))
+    _atomic(out / TOKENIZER, lambda p: tokenizer.save(str(p)))
+    payload = {"model": model.cfg.to_dict(), **meta}
+    _atomic(out / CONFIG, lambda p: p.write_text(json.dumps(payload, indent=2, default=str)))
+    if resume_state is not None:
+        _atomic(out / RESUME, lambda p: torch.save(resume_state, p))
+
+
+def read_config(path: Path) -> dict:
+    file = path / CONFIG
+    if not file.is_file():
+        raise ConeError(f"{path}: not a checkpoint (no {CONFIG})")
+    try:
+        payload = json.loads(file.read_text())
+        names = {f.name for f in fields(GPTConfig)}
+        GPTConfig(**{k: v for k, v in payload["model"].items() if k in names})
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ConeError(f"{file}: corrupt checkpoint config ({exc})") from None
+    return payload
+
+
+def model_config(payload: dict) -> GPTConfig:
+    return GPTConfig(**payload["model"])
+
+
+def load_weights(model: GPT, file: Path) -> None:
+    """Load safetensors into ``model``, refusing missing/extra keys and shape mismatches."""
+    try:
+        state = load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ConeError(f"{file}: corrupt or unreadable weights ({exc})") from None
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    extra = sorted(set(state) - set(expected))
+    if missing or extra:
+        raise ConeError(f"{file}: weights do not match config (missing {missing[:3]}, unexpected {extra[:3]})")
+    for key, tensor in state.items():
+        if tuple(tensor.shape) != tuple(expected[key].shape):
+            raise ConeError(
+                f"{file}: {key} has shape {tuple(tensor.shape)} but the config needs {tuple(expected[key].shape)}"
+            )
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+
+
+def load_checkpoint(path: Path) -> tuple[GPT, Tokenizer, dict]:
+    """The model (fp32, eval mode), its tokenizer and its config payload."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ConeError(f"{path}: checkpoint folder not found")
+    payload = read_config(path)
+    model = GPT(model_config(payload))
+    load_weights(model, path / WEIGHTS)
+    tokenizer = load_tokenizer(path / TOKENIZER)
+    if tokenizer.get_vocab_size() != model.cfg.vocab_size:
+        raise ConeError(
+            f"{path}: tokenizer has {tokenizer.get_vocab_size()} entries, config says {model.cfg.vocab_size}"
+        )
+    return model.eval(), tokenizer, payload
+
+
+def load_token_counts(path: Path) -> torch.Tensor:
+    file = Path(path) / TOKEN_COUNTS
+    try:
+        return load_file(str(file))["counts"]
+    except (SafetensorError, OSError, KeyError) as exc:
+        raise ConeError(f"{file}: missing or corrupt token counts ({exc})") from None

@@ -1,0 +1,84 @@
+"""The language-model training text: SciFact abstracts plus lmtext, or any .txt/.jsonl by path.
+
+Never the evaluation queries, never STS-B: the held-out benchmarks stay held out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from cone.errors import ConeError
+
+DATA_DIR_ENV = "CONE_DATA_DIR"
+DEFAULT_DATA_DIR = Path("../shared/datasets")
+VALIDATION_SHARE = 0.02  # of documents, chosen by hash so the split never depends on order
+
+
+def data_dir(explicit: Path | None = None) -> Path:
+    """--data-dir if given, else $CONE_DATA_DIR, else ../shared/datasets."""
+    if explicit is not None:
+        return explicit
+    return Path(os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR))
+
+
+def default_corpus_files(root: Path) -> list[Path]:
+    files = [root / "scifact" / "corpus.jsonl", *sorted((root / "lmtext").glob("*.txt"))]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing or len(files) < 2:
+        raise ConeError(
+            f"default training corpus not found under {root} (missing: {', '.join(missing) or 'lmtext/*.txt'});"
+            f" pass --data-dir or set {DATA_DIR_ENV}"
+        )
+    return files
+
+
+def _jsonl_documents(path: Path) -> list[str]:
+    docs = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConeError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise ConeError(f"{path}:{number}: expected a JSON object")
+            text = " ".join(str(record[k]).strip() for k in ("title", "text") if record.get(k))
+            if text:
+                docs.append(text)
+    return docs
+
+
+def read_documents(files: list[Path]) -> list[str]:
+    """One string per document: a JSONL record (title + text) or a non-empty text line."""
+    docs: list[str] = []
+    for path in files:
+        if not path.is_file():
+            raise ConeError(f"{path}: corpus file not found")
+        if path.suffix == ".jsonl":
+            docs.extend(_jsonl_documents(path))
+        elif path.suffix == ".txt":
+            docs.extend(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        else:
+            raise ConeError(f"{path}: unsupported corpus format (use .txt or .jsonl)")
+    if not docs:
+        raise ConeError(f"corpus is empty: no text in {', '.join(map(str, files))}")
+    return docs
+
+
+def is_validation(doc: str) -> bool:
+    digest = hashlib.blake2b(doc.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < VALIDATION_SHARE
+
+
+def split(docs: list[str]) -> tuple[list[str], list[str]]:
+    """(train, validation), by a hash of each document's text."""
+    train = [d for d in docs if not is_validation(d)]
+    val = [d for d in docs if is_validation(d)]
+    if not train or not val:
+        raise ConeError(f"corpus too small to split: {len(docs)} documents (need some for validation)")
+    return train, val

@@ -1,0 +1,265 @@
+"""``cone train``: a nanoGPT-style loop, full softmax over the vocabulary, plus ``reg_cos``.
+
+Batches depend only on (seed, step), so two runs with the same seed see the same data in
+the same order whatever their ``reg_cos``, and a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from cone.errors import ConeError
+from geometry import anisotropy, decorrelation, effective_rank, moments, sigreg
+from geometry.regularizer import reg_cos
+from models import checkpoint as ckpt
+from models.corpus import read_documents, split
+from models.gpt import GPT, GPTConfig
+from models.tokenizer import EOS, load_tokenizer, train_tokenizer
+
+# Chosen by the sweep in docs/training.md (scripts: benchmarks/reg_cos_sweep.sh): the
+# smallest λ whose table anisotropy is several times lower at a validation-loss cost
+# under 1%.
+DEFAULT_REG_COS = 1.0
+VAL_SEED_OFFSET = 1_000_000_007
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    tokens: int = 4_000_000
+    batch_size: int = 32
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    reg_cos: float = DEFAULT_REG_COS
+    reg_cos_rows: int = 512
+    eval_interval: int = 50
+    eval_batches: int = 8
+    seed: int = 0
+    bf16: bool = True
+    block_size: int = 128
+    corpus: list[str] = field(default_factory=list)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.block_size
+
+    @property
+    def steps(self) -> int:
+        return max(1, self.tokens // self.tokens_per_step)
+
+
+@dataclass
+class TokenStreams:
+    train: np.ndarray
+    val: np.ndarray
+    counts: torch.Tensor  # occurrences of each id in the training stream
+
+
+def encode_stream(tokenizer: Tokenizer, docs: list[str]) -> np.ndarray:
+    eos = tokenizer.token_to_id(EOS)
+    ids: list[int] = []
+    for enc in tokenizer.encode_batch(docs):
+        ids.extend(enc.ids)
+        ids.append(eos)
+    return np.asarray(ids, dtype=np.int64)
+
+
+def prepare_data(
+    files: list[Path], vocab_size: int, tokenizer: Tokenizer | None, block_size: int
+) -> tuple[Tokenizer, TokenStreams]:
+    """Train (or reuse) the tokenizer on the whole corpus, then tokenize train and validation."""
+    train_docs, val_docs = split(read_documents(files))
+    tokenizer = tokenizer or train_tokenizer(train_docs + val_docs, vocab_size)
+    train_ids, val_ids = encode_stream(tokenizer, train_docs), encode_stream(tokenizer, val_docs)
+    for name, ids in (("training", train_ids), ("validation", val_ids)):
+        if len(ids) <= block_size + 1:
+            raise ConeError(f"{name} text too short: {len(ids)} tokens for a context of {block_size}")
+    counts = torch.bincount(torch.from_numpy(train_ids), minlength=vocab_size)
+    return tokenizer, TokenStreams(train_ids, val_ids, counts)
+
+
+def batch(stream: np.ndarray, batch_size: int, block_size: int, seed: int, step: int) -> torch.Tensor:
+    """(B, T + 1) windows at positions drawn from (seed, step) alone."""
+    rng = np.random.default_rng([seed, step])
+    starts = rng.integers(0, len(stream) - block_size - 1, size=batch_size)
+    return torch.from_numpy(np.stack([stream[s : s + block_size + 1] for s in starts]))
+
+
+def lm_loss(model: GPT, x: torch.Tensor, bf16: bool) -> torch.Tensor:
+    """Mean next-token cross-entropy over the full vocabulary (no sampled softmax)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model.logits(model(x[:, :-1]))
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+
+
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def train_step(
+    model: GPT, opt: torch.optim.Optimizer, cfg: TrainConfig, x: torch.Tensor, step: int
+) -> tuple[float, float]:
+    """One optimizer step; returns (cross-entropy, reg_cos value)."""
+    for group in opt.param_groups:
+        group["lr"] = learning_rate(cfg, step)
+    ce = lm_loss(model, x, cfg.bf16)
+    loss = ce
+    reg_value = 0.0
+    if cfg.reg_cos > 0:
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        reg = reg_cos(model.wte.weight, cfg.reg_cos_rows, generator=gen)
+        loss = ce + cfg.reg_cos * reg
+        reg_value = float(reg.detach())
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return float(ce.detach()), reg_value
+
+
+@torch.no_grad()
+def evaluate(model: GPT, cfg: TrainConfig, streams: TokenStreams) -> dict[str, float]:
+    """Validation loss on fixed batches, and the instruments on the embedding table."""
+    model.eval()
+    losses = [
+        float(
+            lm_loss(model, batch(streams.val, cfg.batch_size, cfg.block_size, cfg.seed + VAL_SEED_OFFSET, i), cfg.bf16)
+        )
+        for i in range(cfg.eval_batches)
+    ]
+    model.train()
+    table = model.wte.weight.detach().float().numpy()
+    stats = moments(table)
+    return {
+        "val_loss": float(np.mean(losses)),
+        "anisotropy": anisotropy(table).value,
+        "effective_rank": effective_rank(table, stats),
+        "decorrelation": decorrelation(table, stats),
+        "sigreg": sigreg(table),
+    }
+
+
+def _resume_state(model: GPT, opt: torch.optim.Optimizer, step: int) -> dict:
+    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}
+
+
+def _load_resume(out: Path, cfg: TrainConfig, model_cfg: GPTConfig) -> tuple[dict, Tokenizer]:
+    payload = ckpt.read_config(out)
+    saved = {k: v for k, v in payload.get("train", {}).items() if k != "corpus"}
+    wanted = {k: v for k, v in asdict(cfg).items() if k != "corpus"}
+    if saved != wanted or payload["model"] != model_cfg.to_dict():
+        diff = sorted(k for k in wanted if saved.get(k) != wanted[k])
+        diff += sorted(k for k in payload["model"] if payload["model"][k] != model_cfg.to_dict().get(k))
+        raise ConeError(f"{out}: cannot resume, the checkpoint was trained with other settings ({', '.join(diff)})")
+    if not (out / ckpt.RESUME).is_file():
+        raise ConeError(f"{out}: no {ckpt.RESUME} to resume from")
+    try:
+        state = torch.load(out / ckpt.RESUME, weights_only=True)
+    except Exception as exc:  # torch raises many types for a truncated or foreign file
+        raise ConeError(f"{out / ckpt.RESUME}: corrupt resume state ({exc})") from None
+    return state, load_tokenizer(out / ckpt.TOKENIZER)
+
+
+def train(
+    out: Path, files: list[Path], cfg: TrainConfig, model_cfg: GPTConfig, resume: bool = False, progress: bool = True
+) -> Path:
+    """Train to ``cfg.tokens`` tokens, logging and checkpointing every ``eval_interval`` steps.
+
+    Ctrl-C saves a checkpoint before leaving; ``resume=True`` continues one bit-for-bit.
+    """
+    if cfg.block_size != model_cfg.block_size:
+        cfg = replace(cfg, block_size=model_cfg.block_size)
+    if not resume and (out / ckpt.CONFIG).exists():
+        raise ConeError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
+    state, tokenizer = _load_resume(out, cfg, model_cfg) if resume else (None, None)
+    tokenizer, streams = prepare_data(files, model_cfg.vocab_size, tokenizer, model_cfg.block_size)
+    torch.manual_seed(cfg.seed)
+    model = GPT(model_cfg)
+    opt = make_optimizer(model, cfg)
+    step = 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step = int(state["step"])
+    meta = {
+        "train": asdict(cfg),
+        "train_tokens_in_corpus": int(len(streams.train)),
+        "val_tokens_in_corpus": int(len(streams.val)),
+        "unseen_token_ids": int((streams.counts == 0).sum()),
+    }
+
+    def save(at_step: int) -> None:
+        ckpt.save_checkpoint(
+            out,
+            model,
+            tokenizer,
+            streams.counts,
+            {**meta, "step": at_step, "tokens_seen": at_step * cfg.tokens_per_step},
+            _resume_state(model, opt, at_step),
+        )
+
+    out.mkdir(parents=True, exist_ok=True)
+    log = (out / ckpt.LOG).open("a", encoding="utf-8")
+    bar = tqdm(
+        total=cfg.steps * cfg.tokens_per_step,
+        initial=step * cfg.tokens_per_step,
+        unit="tok",
+        unit_scale=True,
+        disable=not progress,
+        desc=f"train λ={cfg.reg_cos:g}",
+    )
+    window: list[float] = []
+    started, started_step = time.perf_counter(), step
+    model.train()
+    try:
+        while step < cfg.steps:
+            x = batch(streams.train, cfg.batch_size, cfg.block_size, cfg.seed, step)
+            ce, reg_value = train_step(model, opt, cfg, x, step)
+            window.append(ce)
+            step += 1
+            bar.update(cfg.tokens_per_step)
+            bar.set_postfix(loss=f"{ce:.3f}")
+            if step % cfg.eval_interval == 0 or step == cfg.steps:
+                elapsed = time.perf_counter() - started
+                record = {
+                    "step": step,
+                    "tokens": step * cfg.tokens_per_step,
+                    "train_loss": float(np.mean(window)),
+                    "reg_cos": reg_value,
+                    "lr": learning_rate(cfg, step - 1),
+                    **evaluate(model, cfg, streams),
+                    "tokens_per_s": (step - started_step) * cfg.tokens_per_step / max(elapsed, 1e-9),
+                }
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                window = []
+                save(step)
+    except KeyboardInterrupt:
+        save(step)
+        bar.close()
+        log.close()
+        raise
+    bar.close()
+    log.close()
+    return out

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cone.cli import main
+
+DISTS = {"gaussian", "cone", "rank_collapse", "redundant", "point"}
+
+
+def test_synthetic_json_shape(capsys):
+    assert main(["geometry", "synthetic", "--n", "512", "--d", "32", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["noise_floor"] > 0
+    assert set(report["distributions"]) == DISTS
+    for values in report["distributions"].values():
+        assert {"anisotropy", "decorrelation", "effective_rank", "sigreg", "sigreg_centered"} <= set(values)
+
+
+def test_vectors_reports_instruments(tmp_path, capsys):
+    path = tmp_path / "x.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((100, 8)).astype(np.float32))
+    assert main(["geometry", "vectors", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 100
+
+
+@pytest.mark.parametrize(
+    "array", [np.zeros(4), np.zeros((1, 3)), np.array([[np.inf, 1.0], [1.0, 2.0]]), np.array([["x"], ["y"]])]
+)
+def test_vectors_bad_input_one_line_exit_2(tmp_path, capsys, array):
+    path = tmp_path / "bad.npy"
+    np.save(path, array)
+    assert main(["geometry", "vectors", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cone: error:") and err.count("\n") == 1
+
+
+def test_missing_and_garbage_files_no_traceback(tmp_path):
+    garbage = tmp_path / "g.npy"
+    garbage.write_bytes(b"not numpy")
+    for target in (tmp_path / "missing.npy", garbage):
+        run = subprocess.run(
+            [sys.executable, "-m", "cone", "geometry", "vectors", str(target)], capture_output=True, text=True
+        )
+        assert run.returncode == 2
+        assert "Traceback" not in run.stderr and run.stderr.startswith("cone: error:")

@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from cone.cli import build_parser, main
+from cone.errors import ConeError
+from geometry import anisotropy
+from models import train as train_module
+from models.analysis import checkpoint_report
+from models.checkpoint import load_checkpoint
+from models.gpt import GPT, GPTConfig
+from models.tokenizer import train_tokenizer
+from models.train import DEFAULT_REG_COS, TrainConfig, train
+
+TINY = GPTConfig(vocab_size=300, n_embd=32, n_layer=2, n_head=2, block_size=16)
+
+
+def tiny_cfg(reg: float, tokens: int = 8 * 16 * 24) -> TrainConfig:
+    return TrainConfig(
+        tokens=tokens,
+        batch_size=8,
+        lr=1e-2,
+        min_lr=1e-3,
+        warmup_steps=2,
+        reg_cos=reg,
+        reg_cos_rows=128,
+        eval_interval=6,
+        eval_batches=2,
+        bf16=False,
+        block_size=16,
+    )
+
+
+def last_log(path: Path) -> dict:
+    return json.loads((path / "train_log.jsonl").read_text().splitlines()[-1])
+
+
+def test_tokenizer_has_exact_vocab_size(tiny_corpus):
+    assert train_tokenizer(tiny_corpus.read_text().splitlines(), 300).get_vocab_size() == 300
+
+
+def test_tokenizer_refuses_a_vocab_the_corpus_cannot_fill(tiny_corpus):
+    with pytest.raises(ConeError, match="supports only"):
+        train_tokenizer(tiny_corpus.read_text().splitlines()[:3], 5000)
+
+
+def test_encode_ignores_padding():
+    torch.manual_seed(0)
+    model = GPT(TINY).eval()
+    short = torch.tensor([[5, 6, 7, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 0, 0, 0]])
+    alone = model.encode(short[:, :3], mask[:, :3])
+    for layer in ("last", "emb", 1):
+        padded = model.encode(short, mask, layer=layer)
+        assert padded.shape == (1, 32)
+        assert torch.allclose(model.encode(short[:, :3], mask[:, :3], layer=layer), padded, atol=1e-5)
+    assert torch.allclose(alone, model.encode(short, mask), atol=1e-5)
+    with pytest.raises(ValueError, match="out of range"):
+        model.encode(short, mask, layer=9)
+
+
+def test_regularized_table_ends_less_anisotropic(tiny_corpus, tmp_path):
+    base = train(tmp_path / "base", [tiny_corpus], tiny_cfg(0.0), TINY, progress=False)
+    reg = train(tmp_path / "reg", [tiny_corpus], tiny_cfg(1.0), TINY, progress=False)
+    a_base = anisotropy(load_checkpoint(base)[0].wte.weight).value
+    a_reg = anisotropy(load_checkpoint(reg)[0].wte.weight).value
+    assert a_reg < a_base - 0.05
+    log = last_log(reg)
+    assert {
+        "step",
+        "tokens",
+        "train_loss",
+        "val_loss",
+        "anisotropy",
+        "effective_rank",
+        "decorrelation",
+        "sigreg",
+    } <= set(log)
+    report = checkpoint_report(reg)
+    assert report["n_unseen"] > 0 and report["unseen_seen_norm_ratio"] > 0
+    assert len(report["logit_test"]["prompts"]) >= 6
+
+
+def test_same_data_order_whatever_the_regularizer():
+    a = train_module.batch(torch.arange(10_000).numpy(), 4, 16, seed=3, step=7)
+    b = train_module.batch(torch.arange(10_000).numpy(), 4, 16, seed=3, step=7)
+    assert torch.equal(a, b)
+
+
+def test_interrupt_saves_and_resume_matches_uninterrupted(tiny_corpus, tmp_path, monkeypatch):
+    straight = train(tmp_path / "straight", [tiny_corpus], tiny_cfg(1.0), TINY, progress=False)
+    real_step = train_module.train_step
+
+    def interrupt_at_12(model, opt, cfg, x, step):
+        if step == 12:
+            raise KeyboardInterrupt
+        return real_step(model, opt, cfg, x, step)
+
+    monkeypatch.setattr(train_module, "train_step", interrupt_at_12)
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path / "cut", [tiny_corpus], tiny_cfg(1.0), TINY, progress=False)
+    monkeypatch.setattr(train_module, "train_step", real_step)
+    assert json.loads((tmp_path / "cut" / "config.json").read_text())["step"] == 12
+    resumed = train(tmp_path / "cut", [tiny_corpus], tiny_cfg(1.0), TINY, resume=True, progress=False)
+    assert last_log(resumed)["val_loss"] == pytest.approx(last_log(straight)["val_loss"], abs=1e-6)
+    assert last_log(resumed)["step"] == last_log(straight)["step"]
+
+
+def test_refuses_to_overwrite_and_to_resume_other_settings(tiny_corpus, tmp_path):
+    out = train(tmp_path / "run", [tiny_corpus], tiny_cfg(0.0, tokens=8 * 16 * 6), TINY, progress=False)
+    with pytest.raises(ConeError, match="already holds a checkpoint"):
+        train(out, [tiny_corpus], tiny_cfg(0.0, tokens=8 * 16 * 6), TINY, progress=False)
+    with pytest.raises(ConeError, match="reg_cos"):
+        train(out, [tiny_corpus], tiny_cfg(1.0, tokens=8 * 16 * 6), TINY, resume=True, progress=False)
+
+
+def test_corrupt_or_mismatched_checkpoint_one_clear_error(tiny_corpus, tmp_path, capsys):
+    out = train(tmp_path / "run", [tiny_corpus], tiny_cfg(0.0, tokens=8 * 16 * 6), TINY, progress=False)
+    config = json.loads((out / "config.json").read_text())
+    config["model"]["n_embd"] = 64
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConeError, match="shape"):
+        load_checkpoint(out)
+    (out / "model.safetensors").write_bytes(b"\x00garbage")
+    assert main(["geometry", "checkpoint", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cone: error:") and err.count("\n") == 1
+
+
+def test_reg_cos_is_on_by_default_and_zero_needs_saying():
+    assert DEFAULT_REG_COS > 0
+    args = build_parser().parse_args(["train", "--out", "x"])
+    assert args.reg_cos == DEFAULT_REG_COS
+    assert build_parser().parse_args(["train", "--out", "x", "--reg-cos", "0"]).reg_cos == 0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--out", "o", "--corpus", "missing.txt"], "not found"),
+        (["train", "--out", "o", "--n-embd", "30", "--n-head", "4", "--corpus", "x.txt"], "divisible"),
+        (["train", "--out", "o", "--data-dir", "/nonexistent"], "default training corpus not found"),
+    ],
+)
+def test_bad_arguments_clear_errors(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_empty_corpus_is_refused(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    assert main(["train", "--out", str(tmp_path / "o"), "--corpus", str(empty)]) == 2
+    assert "empty" in capsys.readouterr().err
+
+
+def test_negative_reg_cos_is_an_argument_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["train", "--out", "x", "--reg-cos", "-1"])
+    assert exc.value.code == 2
