@@ -8,8 +8,10 @@ from collections.abc import Sequence
 
 from cone import __version__, demo
 from cone.errors import ConeError
+from data import fetch as data_fetch
 from geometry import GeometryInputError
 from geometry import cli as geometry_cli
+from indexing import cli as indexing_cli
 from models import cli as models_cli
 
 
@@ -20,8 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"cone {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    data_fetch.register(commands)
     geometry_cli.register(commands)
     models_cli.register(commands)
+    indexing_cli.register(commands)
     demo.register(commands)
     return parser
 

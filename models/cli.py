@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from cone.errors import ConeError
-from models.corpus import DATA_DIR_ENV, data_dir, default_corpus_files
+from data.loaders import DATA_DIR_ENV, data_dir
+from models.corpus import default_corpus_files
 from models.gpt import GPTConfig
 from models.train import DEFAULT_REG_COS, TrainConfig, train
 

@@ -7,21 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from cone.errors import ConeError
+from data.loaders import DATA_DIR_ENV
 
-DATA_DIR_ENV = "CONE_DATA_DIR"
-DEFAULT_DATA_DIR = Path("../shared/datasets")
 VALIDATION_SHARE = 0.02  # of documents, chosen by hash so the split never depends on order
-
-
-def data_dir(explicit: Path | None = None) -> Path:
-    """--data-dir if given, else $CONE_DATA_DIR, else ../shared/datasets."""
-    if explicit is not None:
-        return explicit
-    return Path(os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR))
 
 
 def default_corpus_files(root: Path) -> list[Path]:

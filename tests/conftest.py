@@ -70,3 +70,55 @@ def tiny_corpus(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta_dir(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer RoBERTa with a BPE tokenizer trained here, saved to disk."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaConfig, RobertaModel, RobertaTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-roberta")
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(WORDS, size=10)) for _ in range(300)]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(lines, vocab_size=400, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tokenizer = RobertaTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+        model_max_length=128,
+    )
+    tokenizer.save_pretrained(str(folder))
+    config = RobertaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=130,
+    )
+    RobertaModel(config).save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture()
+def tiny_beir(tmp_path: Path) -> Path:
+    """A BEIR-format dataset of made-up documents and queries, under DATA/tiny."""
+    import json
+
+    rng = np.random.default_rng(1)
+    root = tmp_path / "data"
+    folder = root / "tiny"
+    (folder / "qrels").mkdir(parents=True)
+    docs = [{"_id": f"d{i}", "title": f"doc {i}", "text": " ".join(rng.choice(WORDS, size=20))} for i in range(40)]
+    queries = [{"_id": f"q{i}", "text": docs[i]["text"][:40]} for i in range(10)]
+    (folder / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in docs) + "\n")
+    (folder / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10))
+    )
+    return root

@@ -1,0 +1,78 @@
+"""Training tokens/s of `cone train`'s step against a plain fp32 PyTorch loop, same process.
+
+Every variant trains the same 16,392 x 256 model on the same batches from the same initial
+weights; only how the step is computed differs. Usage:
+    python benchmarks/train_speed.py [--steps 12] [--threads 2] [--compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import torch
+import torch.nn.functional as F
+
+from models.gpt import GPT, GPTConfig
+from models.train import TrainConfig, make_optimizer, train_step
+
+
+def plain_fp32_step(model: GPT, opt: torch.optim.Optimizer, x: torch.Tensor) -> float:
+    logits = model.logits(model(x[:, :-1]))
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
+def tokens_per_s(step_fn, batches: list[torch.Tensor], warmup: int = 2) -> float:
+    for x in batches[:warmup]:
+        step_fn(x, 0)
+    start = time.perf_counter()
+    for i, x in enumerate(batches[warmup:]):
+        step_fn(x, i)
+    return sum(x[:, :-1].numel() for x in batches[warmup:]) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile on the bf16 step")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    cfg = GPTConfig()
+    base = GPT(cfg)
+    batches = [torch.randint(0, cfg.vocab_size, (32, cfg.block_size + 1)) for _ in range(args.steps + 2)]
+
+    def variant(name: str, reg: float, bf16: bool, compiled: bool = False):
+        model = copy.deepcopy(base)
+        if compiled:
+            model.compile()  # in place: model(x) now runs the compiled forward
+        tcfg = TrainConfig(reg_cos=reg, bf16=bf16)
+        opt = make_optimizer(model, tcfg)
+        if name.startswith("plain"):
+            return lambda x, i: plain_fp32_step(model, opt, x)
+        return lambda x, i: train_step(model, opt, tcfg, x, i)
+
+    variants = [
+        ("plain fp32 loop (baseline)", 0.0, False),
+        ("cone train step, fp32, λ=0", 0.0, False),
+        ("cone train step, bf16 autocast, λ=0", 0.0, True),
+        ("cone train step, bf16 autocast, λ=1 (default)", 1.0, True),
+    ]
+    results = {name: tokens_per_s(variant(name, reg, bf16), batches) for name, reg, bf16 in variants}
+    if args.compile:
+        name = "cone train step, bf16 + torch.compile, λ=1"
+        results[name] = tokens_per_s(variant(name, 1.0, True, compiled=True), batches, warmup=3)
+    baseline = results["plain fp32 loop (baseline)"]
+    print(f"threads={args.threads}, batch 32 x {cfg.block_size}, vocab {cfg.vocab_size}, width {cfg.n_embd}")
+    for name, tps in results.items():
+        print(f"  {name:48s} {tps:8.0f} tok/s  {tps / baseline:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()

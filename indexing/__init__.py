@@ -1,0 +1,1 @@
+"""Corpus -> vectors -> FAISS (or BM25) index folders with validated manifests."""

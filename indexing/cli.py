@@ -1,0 +1,72 @@
+"""``cone index``: build one model's index over a dataset's corpus."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from data.loaders import DATA_DIR_ENV, data_dir, load_beir
+from encoders.base import ModelUnavailable
+from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS, load_encoder
+from indexing import postprocess as pp
+from indexing import store
+from indexing.dense import DEFAULT_FACTORY, build_dense
+from indexing.lexical import build_bm25
+
+
+def layer_arg(text: str) -> str | int:
+    return text if text in ("last", "emb") else int(text)
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "index",
+        help="encode a corpus and build its FAISS (or BM25) index",
+        description="Encode the dataset's corpus (title + text), apply a geometry correction fitted on the "
+        "corpus, L2-normalise and build a FAISS inner-product index (scores are cosines). The index is "
+        "written atomically to INDEX_DIR/<model>[-<postprocess>] with a manifest.",
+    )
+    p.add_argument("--model", required=True, help=f"{', '.join(MODEL_NAMES)} or st:PATH")
+    p.add_argument("--dataset", default="scifact", help="BEIR dataset folder name (default scifact)")
+    p.add_argument(
+        "--data-dir", type=Path, default=None, help=f"datasets folder (default ${DATA_DIR_ENV} or ../shared/datasets)"
+    )
+    p.add_argument("--out", type=Path, required=True, help="folder of indexes (INDEX_DIR)")
+    p.add_argument("--postprocess", default="none", help="none | center | whiten | abtt:K (default none)")
+    p.add_argument(
+        "--index-factory",
+        default=DEFAULT_FACTORY,
+        help="FAISS index factory string (default Flat = exact; e.g. HNSW32 for big corpora)",
+    )
+    p.add_argument("--layer", type=layer_arg, default="last", help="LM models only: last | emb | INDEX")
+    p.add_argument("--checkpoints", type=Path, default=REFERENCE_CHECKPOINTS, help="folder of LM checkpoints")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(handler=run_index)
+
+
+def run_index(args: argparse.Namespace) -> int:
+    postprocess = pp.parse(args.postprocess)
+    dataset = load_beir(data_dir(args.data_dir), args.dataset)
+    progress = not args.no_progress
+    if args.model == "bm25":
+        if postprocess != "none":
+            print("cone: error: --postprocess applies to dense models, not bm25", file=sys.stderr)
+            return 2
+        out = build_bm25(dataset, args.out / "bm25", progress)
+    else:
+        try:
+            encoder = load_encoder(args.model, args.checkpoints, args.layer)
+        except ModelUnavailable as exc:
+            print(f"cone: skipped: {exc}", file=sys.stderr)
+            return 3
+        out = build_dense(
+            encoder,
+            dataset,
+            args.out / store.index_name(args.model, postprocess, args.layer),
+            postprocess,
+            args.index_factory,
+            progress,
+        )
+    print(f"index written to {out}")
+    return 0

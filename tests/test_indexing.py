@@ -1,0 +1,176 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cone.cli import main
+from cone.errors import ConeError
+from data.loaders import load_beir, load_sts
+from encoders.base import ModelUnavailable
+from encoders.registry import load_encoder
+from encoders.st import ROBERTA_PATH_ENV, roberta
+from indexing import postprocess as pp
+from indexing import store
+from indexing.dense import DenseIndex, build_dense
+from indexing.lexical import BM25Index, build_bm25
+from indexing.open import open_index
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_beir_loader_reads_plain_dicts(tiny_beir):
+    ds = load_beir(tiny_beir, "tiny")
+    assert len(ds.corpus) == 40 and ds.corpus["d3"]["title"] == "doc 3"
+    assert ds.qrels["q2"] == {"d2": 1} and len(ds.queries) == 10
+
+
+def test_malformed_lines_name_file_and_line(tiny_beir, tmp_path):
+    corpus = tiny_beir / "tiny" / "corpus.jsonl"
+    corpus.write_text(corpus.read_text() + "{not json\n")
+    with pytest.raises(ConeError, match=r"corpus.jsonl:41"):
+        load_beir(tiny_beir, "tiny")
+    sts = tmp_path / "sts.csv"
+    sts.write_text("sentence1,sentence2,score\na,b,1.0\nc,d,high\n")
+    with pytest.raises(ConeError, match=r"sts.csv:3"):
+        load_sts(sts)
+
+
+@pytest.mark.parametrize("spec", ["center", "whiten", "abtt:2"])
+def test_postprocess_on_queries_equals_the_corpus_fit(spec):
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal((500, 8)) @ rng.standard_normal((8, 8)) + 3.0
+    params = pp.fit(corpus, spec)
+    out = pp.apply(corpus, params)
+    assert np.allclose(out.mean(0), 0, atol=1e-4)
+    query = corpus[:5]
+    assert np.allclose(pp.apply(query, params), out[:5], atol=1e-5)
+    if spec == "whiten":
+        assert np.allclose(np.cov(out, rowvar=False, bias=True), np.eye(8), atol=1e-3)
+    if spec == "abtt:2":
+        assert np.allclose(out @ params["directions"], 0, atol=1e-4)
+
+
+def test_bad_postprocess_is_refused():
+    for bad in ("whitening", "abtt:0", "abtt:x"):
+        with pytest.raises(ConeError):
+            pp.parse(bad)
+
+
+def test_tiny_roberta_end_to_end(tiny_beir, tiny_roberta_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv(ROBERTA_PATH_ENV, str(tiny_roberta_dir))
+    enc = load_encoder("roberta")
+    assert enc.name == "roberta" and enc.dim == 32
+    ds = load_beir(tiny_beir, "tiny")
+    folder = build_dense(enc, ds, tmp_path / "idx" / "roberta", progress=False)
+    manifest = store.read_manifest(folder)
+    assert manifest["model"] == "roberta" and manifest["n_docs"] == 40 and manifest["dim"] == 32
+    index = open_index(folder)
+    scores, rows = index.search(["the cell protein"], 5)
+    assert scores.shape == (1, 5) and np.all(scores <= 1.0001) and np.all(np.diff(scores[0]) <= 1e-6)
+    # A random RoBERTa is a cone: raw cosines tie near 1. Centered, a document's own text finds it first.
+    centered = open_index(build_dense(enc, ds, tmp_path / "idx" / "roberta-center", "center", progress=False))
+    text = f"{ds.corpus['d7']['title']} {ds.corpus['d7']['text']}"
+    assert centered.docs[centered.search([text], 1)[1][0, 0]]["id"] == "d7"
+
+
+def test_roberta_absent_is_unavailable_with_reason_and_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv(ROBERTA_PATH_ENV, str(tmp_path / "no-such-model"))
+    with pytest.raises(ModelUnavailable) as exc:
+        roberta()
+    assert exc.value.reason and "huggingface-cli download" in exc.value.fix
+
+
+def test_cli_skips_unavailable_model(tiny_beir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ROBERTA_PATH_ENV, str(tmp_path / "missing"))
+    code = main(
+        [
+            "index",
+            "--model",
+            "roberta",
+            "--dataset",
+            "tiny",
+            "--data-dir",
+            str(tiny_beir),
+            "--out",
+            str(tmp_path / "idx"),
+            "--no-progress",
+        ]
+    )
+    assert code == 3
+    assert "unavailable" in capsys.readouterr().err
+    assert not (tmp_path / "idx" / "roberta").exists()
+
+
+def test_manifest_mismatch_is_refused(tiny_beir, tiny_roberta_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv(ROBERTA_PATH_ENV, str(tiny_roberta_dir))
+    enc = load_encoder("roberta")
+    folder = build_dense(enc, load_beir(tiny_beir, "tiny"), tmp_path / "idx" / "roberta", progress=False)
+    with pytest.raises(ConeError, match="built for model"):
+        DenseIndex(folder, enc, model="minilm")
+    with pytest.raises(ConeError, match="another corpus"):
+        DenseIndex(folder, enc, corpus_fingerprint="0" * 16)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["dim"] = 64
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ConeError, match="dimension"):
+        DenseIndex(folder, enc)
+
+
+def test_failed_build_leaves_previous_index_loadable(tiny_beir, tmp_path, monkeypatch):
+    ds = load_beir(tiny_beir, "tiny")
+    folder = build_bm25(ds, tmp_path / "idx" / "bm25", progress=False)
+    before = (folder / "manifest.json").read_text()
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # as if killed while writing the documents
+
+    monkeypatch.setattr(store, "write_docs", crash)
+    with pytest.raises(KeyboardInterrupt):
+        build_bm25(ds, folder, progress=False)
+    assert (folder / "manifest.json").read_text() == before
+    assert len(BM25Index(folder).docs) == 40
+    assert [p.name for p in (tmp_path / "idx").iterdir()] == ["bm25"]
+
+
+def test_bm25_finds_its_document(tiny_beir, tmp_path):
+    ds = load_beir(tiny_beir, "tiny")
+    index = BM25Index(build_bm25(ds, tmp_path / "idx" / "bm25", progress=False))
+    _, rows = index.search([ds.corpus["d5"]["text"], "zzzz"], 3)
+    assert index.docs[rows[0, 0]]["id"] == "d5"
+
+
+def test_embeddings_are_cached_across_postprocessings(tiny_beir, tiny_roberta_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv(ROBERTA_PATH_ENV, str(tiny_roberta_dir))
+    enc = load_encoder("roberta")
+    calls = []
+    real = enc.encode
+    monkeypatch.setattr(enc, "encode", lambda texts, **kw: calls.append(len(texts)) or real(texts, **kw))
+    ds = load_beir(tiny_beir, "tiny")
+    for spec in ("none", "center", "whiten"):
+        build_dense(enc, ds, tmp_path / "idx" / store.index_name("roberta", spec), spec, progress=False)
+    assert calls == [40]
+
+
+def test_fetch_without_network_is_one_clear_error(tmp_path, capsys, monkeypatch):
+    import data.fetch as fetch
+
+    monkeypatch.setitem(fetch.SOURCES, "stsb", "http://127.0.0.1:9/stsbenchmark.tsv.gz")
+    assert main(["data", "fetch", "stsb", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cone: error: cannot download") and err.count("\n") == 1
+
+
+def test_stsb_install_converts_to_csv(tmp_path):
+    import gzip
+
+    import data.fetch as fetch
+
+    tsv = "split\tgenre\tdataset\tyear\tsid\tscore\tsentence1\tsentence2\ntest\tx\ty\t2012\t1\t2.5\tA b.\tC d.\n"
+    fetch.install_stsb(gzip.compress(tsv.encode()), tmp_path)
+    pairs = load_sts(tmp_path / "stsb" / "test.csv")
+    assert pairs.scores == [2.5] and pairs.sentence1 == ["A b."]
