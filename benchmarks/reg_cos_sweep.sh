@@ -4,7 +4,7 @@
 set -euo pipefail
 out=${1:?usage: reg_cos_sweep.sh OUT_DIR [TOKENS]}
 tokens=${2:-409600}
-for lam in 0 0.1 1 10; do
+for lam in 0 0.1 1 3 10; do
   cone train --out "$out/lambda-$lam" --reg-cos "$lam" --tokens "$tokens" --eval-interval 25 \
     --threads "${THREADS:-1}" --no-progress
 done

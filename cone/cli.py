@@ -9,10 +9,12 @@ from collections.abc import Sequence
 from cone import __version__, demo
 from cone.errors import ConeError
 from data import fetch as data_fetch
+from eval import cli as eval_cli
 from geometry import GeometryInputError
 from geometry import cli as geometry_cli
 from indexing import cli as indexing_cli
 from models import cli as models_cli
+from service import cli as service_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     geometry_cli.register(commands)
     models_cli.register(commands)
     indexing_cli.register(commands)
+    eval_cli.register(commands)
+    service_cli.register(commands)
     demo.register(commands)
     return parser
 

@@ -17,6 +17,7 @@ from geometry.instruments import (
     top_pc_share,
     uniformity,
 )
+from geometry.similarity import histogram, pair_cosines, spread
 
 __all__ = [
     "Estimate",
@@ -25,13 +26,16 @@ __all__ = [
     "as_matrix",
     "decorrelation",
     "effective_rank",
+    "histogram",
     "measure",
     "mean_vector_ratio",
     "moments",
+    "pair_cosines",
     "row_norms",
     "sigreg",
     "sigreg_centered",
     "sigreg_noise_floor",
+    "spread",
     "top_pc_share",
     "uniformity",
 ]

@@ -12,7 +12,7 @@ import numpy as np
 from cone.errors import ConeError
 from data.loaders import RetrievalDataset
 from encoders.base import Encoder
-from geometry import measure
+from geometry import histogram, measure, pair_cosines, spread
 from indexing import postprocess as pp
 from indexing import store
 
@@ -46,6 +46,12 @@ def corpus_vectors(encoder: Encoder, dataset: RetrievalDataset, doc_ids: list[st
     return vectors
 
 
+def random_pair_summary(vectors: np.ndarray) -> dict:
+    """Spread and histogram of cosines between random distinct documents, as the index scores them."""
+    cosines = pair_cosines(vectors)
+    return {**spread(cosines), "n_pairs": len(cosines), "histogram": histogram(cosines)}
+
+
 def build_faiss(vectors: np.ndarray, factory: str) -> faiss.Index:
     try:
         index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
@@ -70,7 +76,8 @@ def build_dense(
     doc_ids = sorted(dataset.corpus)
     raw = corpus_vectors(encoder, dataset, doc_ids, progress)
     params = pp.fit(raw, postprocess)
-    vectors = pp.l2_normalize(pp.apply(raw, params))
+    corrected = pp.apply(raw, params)
+    vectors = pp.l2_normalize(corrected)
     index = build_faiss(vectors, factory)
     with store.atomic_folder(out) as tmp:
         faiss.write_index(index, str(tmp / INDEX_FILE))
@@ -93,7 +100,8 @@ def build_dense(
                 n_docs=len(doc_ids),
                 layer=getattr(encoder, "layer", "last"),
                 geometry_raw=measure(raw),
-                geometry=measure(vectors),
+                geometry=measure(corrected),
+                random_pair_cosines=random_pair_summary(vectors),
             ),
         )
     return out
@@ -129,8 +137,21 @@ class DenseIndex:
         self.docs = store.read_docs(folder, self.manifest["n_docs"])
         self.encoder = encoder
 
+    def correct(self, raw: np.ndarray) -> np.ndarray:
+        """Raw encoder vectors -> the index's space: the corpus-fitted correction, then unit norm."""
+        return pp.l2_normalize(pp.apply(raw, self.params))
+
     def embed_queries(self, queries: list[str], progress: bool = False) -> np.ndarray:
-        return pp.l2_normalize(pp.apply(self.encoder.encode(queries, progress=progress), self.params))
+        return self.correct(self.encoder.encode(queries, progress=progress))
+
+    def doc_vectors(self) -> np.ndarray:
+        """The indexed (corrected, unit-norm) document vectors, in row order."""
+        try:
+            return self.index.reconstruct_n(0, self.index.ntotal)
+        except RuntimeError:
+            raise ConeError(
+                f"{self.folder}: this FAISS index type cannot return its vectors; use a Flat index"
+            ) from None
 
     def search(self, queries: list[str], k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(scores, row indices), each (len(queries), k); scores are cosines."""

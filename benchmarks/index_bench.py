@@ -1,0 +1,108 @@
+"""Indexing speed, in one run: our encoder path vs sentence-transformers' own encode, the LM
+encoder, and at scale FAISS flat vs approximate factories (queries/s, recall@10 vs flat).
+
+Usage: python benchmarks/index_bench.py [--docs 1000] [--n 1000000] [--factories IVF1024,Flat HNSW32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import faiss
+import numpy as np
+
+from data.loaders import data_dir, load_beir
+from encoders.registry import load_encoder
+from indexing.dense import build_faiss, doc_text
+
+
+def docs_per_s(fn, texts: list[str]) -> float:
+    start = time.perf_counter()
+    fn(texts)
+    return len(texts) / (time.perf_counter() - start)
+
+
+def encoder_overhead(texts: list[str], rounds: int) -> dict[str, float]:
+    ours = load_encoder("minilm")
+    theirs = ours.model  # the very SentenceTransformer inside our encoder
+    ours.encode(texts[:64])
+    mine, raw = [], []
+    for _ in range(rounds):  # interleaved, so machine noise hits both alike
+        raw.append(docs_per_s(lambda t: theirs.encode(t, batch_size=64, convert_to_numpy=True), texts))
+        mine.append(docs_per_s(lambda t: ours.encode(t, batch_size=64), texts))
+    return {"sentence-transformers encode": float(np.median(raw)), "cone minilm encoder": float(np.median(mine))}
+
+
+def lm_encoder(texts: list[str]) -> dict[str, float]:
+    out = {}
+    for name in ("baseline", "regularized"):
+        try:
+            enc = load_encoder(name)
+        except Exception as exc:  # an absent checkpoint is reported, not fatal
+            print(f"  {name}: skipped ({exc})")
+            continue
+        enc.encode(texts[:64])
+        out[f"cone {name} LM encoder"] = docs_per_s(lambda t, e=enc: e.encode(t, batch_size=64), texts)
+    return out
+
+
+def ann_at_scale(n: int, n_queries: int, factories: list[str], seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((n, 256), dtype=np.float32)
+    faiss.normalize_L2(base)
+    queries = base[rng.choice(n, n_queries, replace=False)] + 0.05 * rng.standard_normal((n_queries, 256),
+                                                                                           dtype=np.float32)
+    faiss.normalize_L2(queries)
+    rows = []
+    truth = None
+    for factory in ["Flat", *factories]:
+        start = time.perf_counter()
+        index = build_faiss(base, factory)
+        build_s = time.perf_counter() - start
+        settings = [None]
+        if factory.startswith("IVF"):
+            settings = [("nprobe", p) for p in (8, 32)]
+        elif factory.startswith("HNSW"):
+            settings = [("efSearch", e) for e in (64, 128)]
+        for setting in settings:
+            if setting:
+                faiss.ParameterSpace().set_index_parameter(index, *setting)
+            start = time.perf_counter()
+            _, ids = index.search(queries, 10)
+            qps = n_queries / (time.perf_counter() - start)
+            if truth is None:
+                truth = ids
+            recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids, truth, strict=True)]))
+            label = factory + (f" ({setting[0]}={setting[1]})" if setting else "")
+            rows.append({"factory": label, "build_s": build_s, "qps": qps, "recall_at_10": recall})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--docs", type=int, default=1000, help="SciFact documents to encode")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--n", type=int, default=1_000_000, help="vectors for the FAISS comparison")
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--factories", nargs="*", default=["IVF1024,Flat", "HNSW32"])
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args()
+    ds = load_beir(data_dir(args.data_dir), "scifact")
+    texts = [doc_text(ds.corpus[d]) for d in sorted(ds.corpus)[: args.docs]]
+    print(f"encoding {len(texts)} SciFact documents (median of {args.rounds} interleaved rounds):")
+    speeds = encoder_overhead(texts, args.rounds)
+    for name, value in speeds.items():
+        print(f"  {name:32s} {value:8.1f} docs/s")
+    ratio = speeds["cone minilm encoder"] / speeds["sentence-transformers encode"]
+    print(f"  ratio cone / sentence-transformers: {ratio:.3f}")
+    for name, value in lm_encoder(texts).items():
+        print(f"  {name:32s} {value:8.1f} docs/s")
+    print(f"\nFAISS at scale: {args.n:,} unit vectors of d=256, {args.queries} queries, recall@10 vs Flat")
+    for row in ann_at_scale(args.n, args.queries, args.factories):
+        print(f"  {row['factory']:28s} build {row['build_s']:7.1f} s  {row['qps']:9.0f} q/s  "
+              f"recall@10 {row['recall_at_10']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The eval harness: retrieval, STS, similarity spread, hubness and geometry for every model."""

@@ -1,0 +1,219 @@
+"""Evaluate every (model, post-processing) pair on one dataset through the indexes the service serves.
+
+Retrieval goes through the same index folders as ``cone index`` and ``cone serve`` (built here when
+missing, reused when their manifest still matches), so the eval measures exactly what a user queries.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cone.errors import ConeError
+from data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
+from encoders.base import Encoder, ModelUnavailable
+from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS, load_encoder
+from eval import metrics
+from geometry import pair_cosines, spread
+from indexing import postprocess as pp
+from indexing import store
+from indexing.dense import DenseIndex, build_dense
+from indexing.lexical import BM25Index, build_bm25
+
+RETRIEVE_K = 100
+RANDOM_PAIRS = 20_000
+QUICK_QUERIES, QUICK_DOCS, QUICK_STS_PAIRS = 50, 1000, 200
+GEOMETRY_KEYS = ("anisotropy", "decorrelation", "effective_rank", "sigreg", "sigreg_x_floor", "uniformity")
+
+warnings.filterwarnings("ignore", module="ranx")  # numba's cast warnings say nothing about the numbers
+
+
+@dataclass
+class EvalData:
+    dataset: RetrievalDataset  # corpus, every query (hubness), test qrels (retrieval)
+    sts: StsPairs | None
+    quick: bool
+
+
+def quick_subset(ds: RetrievalDataset, sts: StsPairs | None) -> tuple[RetrievalDataset, StsPairs | None]:
+    """The first 50 test queries, a 1,000-document corpus holding their relevant documents (the rest
+    drawn with a fixed seed), and the first 200 STS pairs: the whole path in minutes, not the real figures."""
+    test = sorted(ds.qrels)[:QUICK_QUERIES]
+    relevant = {d for q in test for d in ds.qrels[q] if d in ds.corpus}
+    others = sorted(set(ds.corpus) - relevant)
+    rng = np.random.default_rng(0)
+    picked = rng.choice(len(others), size=max(0, min(len(others), QUICK_DOCS - len(relevant))), replace=False)
+    keep = relevant | {others[i] for i in picked}
+    subset = RetrievalDataset(
+        name=f"{ds.name}-quick",
+        corpus={d: ds.corpus[d] for d in sorted(keep)},
+        queries={q: ds.queries[q] for q in test},
+        qrels={q: {d: g for d, g in ds.qrels[q].items() if d in keep} for q in test},
+    )
+    if sts is not None:
+        n = QUICK_STS_PAIRS
+        sts = StsPairs(sts.sentence1[:n], sts.sentence2[:n], sts.scores[:n])
+    return subset, sts
+
+
+def load_eval_data(root: Path, name: str, quick: bool = False, with_sts: bool = True) -> EvalData:
+    dataset = load_beir(root, name)
+    if not dataset.qrels:
+        raise ConeError(f"dataset {name!r} under {root} has no test qrels to evaluate against")
+    sts = load_sts(Path(root) / "stsb" / "test.csv") if with_sts else None
+    if quick:
+        dataset, sts = quick_subset(dataset, sts)
+    return EvalData(dataset, sts, quick)
+
+
+def check_models(models: list[str]) -> None:
+    for model in models:
+        if model not in MODEL_NAMES and not model.startswith("st:"):
+            raise ConeError(f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)} or st:PATH")
+
+
+def _open_or_build_dense(encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, progress: bool):
+    folder = indexes / store.index_name(model, spec)
+    fingerprint = data.dataset.fingerprint()
+    if (folder / store.MANIFEST).is_file():
+        try:
+            return DenseIndex(folder, encoder, model, fingerprint)
+        except ConeError:
+            pass  # stale (other weights or corpus) or damaged: rebuilt below, atomically
+    build_dense(encoder, data.dataset, folder, spec, progress=progress)
+    return DenseIndex(folder, encoder, model, fingerprint)
+
+
+def _open_or_build_bm25(data: EvalData, indexes: Path, progress: bool) -> BM25Index:
+    folder = indexes / "bm25"
+    fingerprint = data.dataset.fingerprint()
+    if (folder / store.MANIFEST).is_file():
+        try:
+            return BM25Index(folder, "bm25", fingerprint)
+        except ConeError:
+            pass
+    build_bm25(data.dataset, folder, progress)
+    return BM25Index(folder, "bm25", fingerprint)
+
+
+def _run(index, test_ids: list[str], scores: np.ndarray, rows: np.ndarray) -> dict[str, dict[str, float]]:
+    return {
+        q: {index.docs[r]["id"]: float(s) for s, r in zip(scores[i], rows[i], strict=True) if r >= 0}
+        for i, q in enumerate(test_ids)
+    }
+
+
+def _similarity(qrels: dict, query_pos: dict[str, int], queries: np.ndarray, index: DenseIndex) -> dict[str, float]:
+    """Cosines of relevant (query, doc) pairs vs random ones, and what a global threshold can do."""
+    docs = index.doc_vectors()
+    row_of = {doc["id"]: i for i, doc in enumerate(index.docs)}
+    pairs = [(query_pos[q], row_of[d]) for q, rel in qrels.items() for d, g in rel.items() if g > 0 and d in row_of]
+    qi, di = np.array(pairs).T
+    relevant = (queries[qi].astype(np.float64) * docs[di]).sum(axis=1)
+    test_rows = sorted({query_pos[q] for q in qrels})
+    random = pair_cosines(queries[test_rows], docs, n_pairs=RANDOM_PAIRS)
+    threshold, f1 = metrics.threshold_f1(relevant, random)
+    rand, rel = spread(random), spread(relevant)
+    return {
+        **{f"random_cos_{k}": v for k, v in rand.items()},
+        **{f"relevant_cos_{k}": v for k, v in rel.items()},
+        "separation": metrics.separation(relevant, random),
+        "threshold": threshold,
+        "threshold_f1": f1,
+        "_random": random,
+        "_relevant": relevant,
+    }
+
+
+def evaluate_dense(
+    encoder: Encoder, model: str, specs: list[str], data: EvalData, indexes: Path, progress: bool
+) -> list[dict]:
+    ds = data.dataset
+    query_ids = sorted(ds.queries)
+    query_pos = {q: i for i, q in enumerate(query_ids)}
+    test_ids = sorted(ds.qrels)
+    # Encode once per model; each post-processing only re-applies its corpus-fitted correction.
+    raw_queries = encoder.encode([ds.queries[q] for q in query_ids], progress=progress)
+    raw_sts = None
+    if data.sts is not None:
+        raw_sts = [encoder.encode(side, progress=progress) for side in (data.sts.sentence1, data.sts.sentence2)]
+    results = []
+    for spec in specs:
+        index = _open_or_build_dense(encoder, model, data, indexes, spec, progress)
+        queries = index.correct(raw_queries)
+        scores, rows = index.index.search(queries, min(RETRIEVE_K, index.index.ntotal))
+        test_rows = [query_pos[q] for q in test_ids]
+        found = metrics.retrieval(ds.qrels, _run(index, test_ids, scores[test_rows], rows[test_rows]))
+        values = {**found, **metrics.hubness(rows, index.index.ntotal)}
+        values.update(_similarity(ds.qrels, query_pos, queries, index))
+        values["stsb_spearman"] = None
+        if raw_sts is not None:
+            a, b = index.correct(raw_sts[0]), index.correct(raw_sts[1])
+            values["stsb_spearman"] = metrics.sts_spearman((a * b).sum(axis=1), data.sts.scores)
+        values.update({k: index.manifest["geometry"][k] for k in GEOMETRY_KEYS})
+        results.append(_result(model, spec, index.folder.name, metrics=values))
+    return results
+
+
+def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> dict:
+    ds = data.dataset
+    index = _open_or_build_bm25(data, indexes, progress)
+    query_ids = sorted(ds.queries)
+    test_ids = sorted(ds.qrels)
+    scores, rows = index.search([ds.queries[q] for q in query_ids], RETRIEVE_K)
+    pos = {q: i for i, q in enumerate(query_ids)}
+    test_rows = [pos[q] for q in test_ids]
+    values = {**metrics.retrieval(ds.qrels, _run(index, test_ids, scores[test_rows], rows[test_rows]))}
+    values.update(metrics.hubness(rows, len(index.docs)))
+    # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
+    return _result("bm25", "none", index.folder.name, metrics=values)
+
+
+def _result(model: str, spec: str, index: str | None, metrics: dict | None = None, reason: str | None = None) -> dict:
+    return {
+        "model": model,
+        "postprocess": spec,
+        "index": index,
+        "available": reason is None,
+        "reason": reason,
+        "metrics": metrics or {},
+    }
+
+
+def run_eval(
+    models: list[str],
+    postprocesses: list[str],
+    data: EvalData,
+    indexes: Path,
+    checkpoints: Path = REFERENCE_CHECKPOINTS,
+    progress: bool = True,
+    on_result=None,
+) -> list[dict]:
+    """One result per (model, post-processing); unavailable models get ``available: false`` and a reason."""
+    check_models(models)
+    specs = [pp.parse(s) for s in postprocesses]
+    results: list[dict] = []
+    for model in models:
+        if model == "bm25":
+            found = [evaluate_bm25(data, indexes, progress)]
+        else:
+            try:
+                encoder = load_encoder(model, checkpoints)
+            except ModelUnavailable as exc:
+                reason = f"{exc.reason} (to make it available: {exc.fix})"
+                found = [_result(model, spec, None, reason=reason) for spec in specs]
+            else:
+                found = evaluate_dense(encoder, model, specs, data, indexes, progress)
+        for result in found:
+            if on_result is not None:
+                on_result(result)
+        results.extend(found)
+    return results
+
+
+def public(results: list[dict]) -> list[dict]:
+    """Results without the raw cosine samples (kept in memory for the figures only)."""
+    return [{**r, "metrics": {k: v for k, v in r["metrics"].items() if not k.startswith("_")}} for r in results]

@@ -1,0 +1,70 @@
+"""Metrics over a run: retrieval (ranx), STS, absolute similarity and hubness. No retrieval here.
+
+A run is BEIR's plain dict, ``{query id: {doc id: score}}``; qrels are ``{query id: {doc id: grade}}``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ranx import Qrels, Run, evaluate
+from scipy.stats import skew, spearmanr
+
+RETRIEVAL_METRICS = {"ndcg_at_10": "ndcg@10", "mrr_at_10": "mrr@10", "recall_at_100": "recall@100"}
+HUB_K = 10
+HUB_TOP_DOCS = 10
+
+
+def retrieval(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, float]:
+    """nDCG@10, MRR@10 and Recall@100 by ranx (trec_eval definitions), over the queries in ``qrels``."""
+    run = {q: run.get(q) or {} for q in qrels}
+    # ranx refuses empty result lists; a query that retrieved nothing scores 0 on every metric anyway.
+    empty = [q for q, docs in run.items() if not docs]
+    scored = {q: docs for q, docs in run.items() if docs}
+    if not scored:
+        return dict.fromkeys(RETRIEVAL_METRICS, 0.0)
+    values = evaluate(Qrels({q: qrels[q] for q in scored}), Run(scored), list(RETRIEVAL_METRICS.values()))
+    share = len(scored) / (len(scored) + len(empty))
+    return {key: float(values[name]) * share for key, name in RETRIEVAL_METRICS.items()}
+
+
+def sts_spearman(cosines: np.ndarray, gold: list[float]) -> float:
+    """Spearman correlation of model cosines with gold similarity scores."""
+    return float(spearmanr(cosines, gold).statistic)
+
+
+def threshold_f1(relevant: np.ndarray, random: np.ndarray) -> tuple[float, float]:
+    """(best threshold, its F1) for "score >= t means relevant", the two classes weighted equally.
+
+    With equal weights F1 = 2 TPR / (1 + TPR + FPR): 0.667 means no threshold beats calling
+    every pair relevant, 1.0 means one global score cut-off separates the classes perfectly.
+    """
+    scores = np.concatenate([relevant, random])
+    is_rel = np.concatenate([np.ones(len(relevant)), np.zeros(len(random))])
+    order = np.argsort(-scores, kind="stable")
+    scores, is_rel = scores[order], is_rel[order]
+    tpr = np.cumsum(is_rel) / len(relevant)
+    fpr = np.cumsum(1 - is_rel) / len(random)
+    # A threshold can only fall between distinct scores: keep the last position of each tie.
+    last_of_tie = np.append(scores[1:] != scores[:-1], True)
+    f1 = np.where(last_of_tie, 2 * tpr / (1 + tpr + fpr), -1.0)
+    best = int(np.argmax(f1))
+    return float(scores[best]), float(f1[best])
+
+
+def separation(relevant: np.ndarray, random: np.ndarray) -> float:
+    """d' = (mean_rel - mean_rand) / sqrt((var_rel + var_rand) / 2): the gap in units of spread."""
+    pooled = np.sqrt((relevant.var() + random.var()) / 2)
+    return float((relevant.mean() - random.mean()) / max(pooled, 1e-12))
+
+
+def hubness(top_rows: np.ndarray, n_docs: int) -> dict[str, float]:
+    """Skewness of the k-occurrence N_k (how often each document is in a query's top k, k = 10),
+    and the share of queries whose top hit is one of the 10 most frequent documents."""
+    top = top_rows[:, :HUB_K]
+    occurrences = np.bincount(top[top >= 0].ravel(), minlength=n_docs)
+    hubs = np.argsort(-occurrences, kind="stable")[:HUB_TOP_DOCS]
+    return {
+        "hubness_skew": float(skew(occurrences)) if occurrences.std() > 0 else 0.0,
+        "hub_top1_share": float(np.isin(top[:, 0], hubs).mean()),
+        "max_k_occurrence": int(occurrences.max()),
+    }

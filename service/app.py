@@ -1,0 +1,203 @@
+"""The FastAPI app: /search, /compare, /models, /histogram, /geometry, health, admin reload and the page."""
+
+from __future__ import annotations
+
+import hmac
+import os
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+
+from cone import __version__
+from encoders.registry import REFERENCE_CHECKPOINTS
+from service.plots import histogram_png
+from service.registry import Entry, Registry
+from service.schemas import (
+    CompareResponse,
+    ErrorResponse,
+    GeometryResponse,
+    Histogram,
+    HistogramsResponse,
+    ModelInfo,
+    ModelsResponse,
+    ReloadResponse,
+    SearchQuery,
+    SearchRequest,
+    SearchResponse,
+    Status,
+)
+
+ADMIN_KEY_ENV = "CONE_ADMIN_KEY"
+PAGE = Path(__file__).with_name("static") / "index.html"
+ERRORS = {code: {"model": ErrorResponse} for code in (404, 409, 503)}
+router = APIRouter()
+
+
+def get_registry(request: Request) -> Registry:
+    registry: Registry = request.app.state.registry
+    if not registry.ready.is_set():
+        raise HTTPException(503, "indexes are still loading; see GET /readyz")
+    return registry
+
+
+RegistryDep = Annotated[Registry, Depends(get_registry)]
+
+
+def find_entry(registry: Registry, name: str, need_index: bool = True) -> Entry:
+    entry = registry.entries.get(name)
+    if entry is None:
+        raise HTTPException(404, f"unknown model {name!r}; GET /models lists them: {', '.join(registry.entries)}")
+    if need_index and not entry.available:
+        raise HTTPException(409, f"model {name!r} is unavailable: {entry.reason}")
+    return entry
+
+
+def info(entry: Entry) -> ModelInfo:
+    m = entry.manifest or {}
+    return ModelInfo(
+        name=entry.name,
+        model=m.get("model"),
+        available=entry.available,
+        reason=entry.reason,
+        dim=m.get("dim"),
+        n_docs=m.get("n_docs"),
+        postprocess=m.get("postprocess"),
+        metric=m.get("metric"),
+        geometry=m.get("geometry"),
+    )
+
+
+def search_entry(entry: Entry, q: str, k: int) -> SearchResponse:
+    hits, spread = entry.search(q, k)
+    return SearchResponse(
+        model=entry.name,
+        query=q,
+        k=k,
+        metric=entry.manifest["metric"],
+        hits=[{"doc_id": h["id"], **h} for h in hits],
+        spread=spread,
+    )
+
+
+def histogram_of(entry: Entry) -> Histogram:
+    summary = (entry.manifest or {}).get("random_pair_cosines")
+    if summary is None:
+        detail = "BM25 scores are not cosines" if entry.manifest and entry.manifest["kind"] == "bm25" else None
+        raise HTTPException(409, f"model {entry.name!r} has no cosine histogram: {detail or 'rebuild its index'}")
+    return Histogram(name=entry.name, **summary["histogram"], **{k: v for k, v in summary.items() if k != "histogram"})
+
+
+@router.get("/models", response_model=ModelsResponse, responses=ERRORS)
+def models(registry: RegistryDep) -> ModelsResponse:
+    """Every model: availability (with the reason), dimension, documents, post-processing, geometry."""
+    return ModelsResponse(models=[info(e) for e in registry.entries.values()])
+
+
+@router.get("/search", response_model=SearchResponse, responses=ERRORS)
+def search_get(registry: RegistryDep, model: str, params: Annotated[SearchQuery, Query()]) -> SearchResponse:
+    """Ranked hits with cosine scores, and this query's score spread over the whole corpus."""
+    return search_entry(find_entry(registry, model), params.q, params.k)
+
+
+@router.post("/search", response_model=SearchResponse, responses=ERRORS)
+def search_post(registry: RegistryDep, body: SearchRequest) -> SearchResponse:
+    return search_entry(find_entry(registry, body.model), body.q, body.k)
+
+
+@router.get("/compare", response_model=CompareResponse, responses=ERRORS)
+def compare(registry: RegistryDep, params: Annotated[SearchQuery, Query()]) -> CompareResponse:
+    """The same query against every available model, side by side."""
+    entries = list(registry.entries.values())
+    return CompareResponse(
+        query=params.q,
+        k=params.k,
+        results=[search_entry(e, params.q, params.k) for e in entries if e.available],
+        unavailable=[info(e) for e in entries if not e.available],
+    )
+
+
+@router.get(
+    "/histogram",
+    response_model=None,
+    responses={**ERRORS, 200: {"content": {"image/png": {}, "application/json": {}}}},
+)
+def histogram(
+    registry: RegistryDep,
+    model: str | None = None,
+    format: Literal["png", "json"] = "png",
+    size: Literal["full", "small"] = "full",
+) -> Response:
+    """Random-pair cosine distribution of one model (or, without ``model``, all dense models overlaid)."""
+    if model is not None:
+        found = [histogram_of(find_entry(registry, model, need_index=False))]
+    else:
+        dense = [e for e in registry.entries.values() if e.manifest and "random_pair_cosines" in e.manifest]
+        found = [histogram_of(e) for e in dense]
+    if format == "json":
+        return JSONResponse(HistogramsResponse(histograms=found).model_dump())
+    return Response(histogram_png([h.model_dump() for h in found], small=size == "small"), media_type="image/png")
+
+
+@router.get("/geometry", response_model=GeometryResponse, responses=ERRORS)
+def geometry(registry: RegistryDep, model: str) -> GeometryResponse:
+    """Every instrument of geometry/ on this index's vectors."""
+    entry = find_entry(registry, model, need_index=False)
+    m = entry.manifest or {}
+    if "geometry" not in m:
+        raise HTTPException(409, f"model {model!r} has no geometry: {entry.reason or 'BM25 has no vectors'}")
+    return GeometryResponse(name=entry.name, geometry=m["geometry"], geometry_raw=m["geometry_raw"])
+
+
+@router.get("/healthz", response_model=Status)
+def healthz() -> Status:
+    return Status(status="ok")
+
+
+@router.get("/readyz", response_model=Status, responses={503: {"model": Status}})
+def readyz(request: Request) -> Response:
+    ready = request.app.state.registry.ready.is_set()
+    return JSONResponse({"status": "ready" if ready else "loading"}, status_code=200 if ready else 503)
+
+
+@router.post("/admin/reload", response_model=ReloadResponse, responses={401: {"model": ErrorResponse}, **ERRORS})
+def reload(request: Request, x_api_key: Annotated[str | None, Header()] = None) -> ReloadResponse:
+    """Re-read the index folder and swap the new set in atomically. Needs $CONE_ADMIN_KEY; off without it."""
+    expected = os.environ.get(ADMIN_KEY_ENV)
+    if not expected:
+        raise HTTPException(404, f"admin reload is disabled (start the service with {ADMIN_KEY_ENV} set)")
+    if x_api_key is None or not hmac.compare_digest(x_api_key.encode(), expected.encode()):
+        raise HTTPException(401, "missing or wrong X-API-Key")
+    entries = request.app.state.registry.load()
+    return ReloadResponse(models=len(entries), available=sum(e.available for e in entries.values()))
+
+
+@router.get("/", include_in_schema=False)
+def page() -> FileResponse:
+    return FileResponse(PAGE, media_type="text/html")
+
+
+def create_app(indexes: Path, checkpoints: Path = REFERENCE_CHECKPOINTS, load_in_background: bool = True) -> FastAPI:
+    """The app over every index in ``indexes``; /readyz turns ready once they are loaded."""
+    registry = Registry(indexes, checkpoints)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if load_in_background:
+            threading.Thread(target=registry.load, name="load-indexes", daemon=True).start()
+        else:
+            registry.load()
+        yield
+
+    app = FastAPI(
+        title="cone",
+        version=__version__,
+        description="Semantic search over every model's index, with the geometry that decides whether it works.",
+        lifespan=lifespan,
+    )
+    app.state.registry = registry
+    app.include_router(router)
+    return app

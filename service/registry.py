@@ -1,0 +1,95 @@
+"""The indexes a service answers from: loaded from one folder, each with a lock, swapped atomically.
+
+A reload builds a complete new mapping and then replaces the reference in one assignment: a request
+that already holds an entry finishes on it, the next request sees the new set.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cone.errors import ConeError
+from encoders.base import ModelUnavailable
+from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS, load_encoder
+from indexing import store
+from indexing.open import open_index
+
+
+@dataclass
+class Entry:
+    """One model's index (or why there is none). ``lock`` guards encoders that are not re-entrant."""
+
+    name: str
+    manifest: dict | None
+    index: object | None = None
+    reason: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def available(self) -> bool:
+        return self.index is not None
+
+    def search(self, query: str, k: int) -> tuple[list[dict], dict[str, float]]:
+        """Top-k hits and this query's score spread over every document the index returns."""
+        with self.lock:
+            scores, rows = self.index.search([query], len(self.index.docs))
+        valid = rows[0] >= 0
+        scores, rows = scores[0][valid], rows[0][valid]
+        hits = [
+            {**self.index.docs[int(r)], "rank": rank, "score": float(s)}
+            for rank, (s, r) in enumerate(zip(scores[:k], rows[:k], strict=True), start=1)
+        ]
+        spread = {"min": float(scores.min()), "median": float(np.median(scores)), "max": float(scores.max())}
+        return hits, spread
+
+
+def _unavailable_model(name: str, folder: Path, checkpoints: Path) -> Entry:
+    reason = f"no index for {name!r} in {folder} (build it with `cone index --model {name} --out {folder}`)"
+    if name != "bm25":
+        try:
+            load_encoder(name, checkpoints)
+        except ModelUnavailable as exc:
+            reason = f"{exc.reason} (to make it available: {exc.fix})"
+        except ConeError as exc:
+            reason = str(exc)
+    return Entry(name, None, reason=reason)
+
+
+def load_entries(folder: Path, checkpoints: Path = REFERENCE_CHECKPOINTS) -> dict[str, Entry]:
+    """Every index under ``folder``; a corrupt or mismatched one becomes an unavailable entry with its reason."""
+    entries: dict[str, Entry] = {}
+    for path in store.list_indexes(folder):
+        manifest = None
+        try:
+            manifest = store.read_manifest(path)
+            entries[path.name] = Entry(path.name, manifest, index=open_index(path, checkpoints))
+        except ModelUnavailable as exc:
+            entries[path.name] = Entry(path.name, manifest, reason=f"{exc.reason} (to make it available: {exc.fix})")
+        except ConeError as exc:
+            entries[path.name] = Entry(path.name, manifest, reason=str(exc))
+    built = {e.manifest["model"] for e in entries.values() if e.manifest}
+    for name in MODEL_NAMES:
+        if name not in built and name not in entries:
+            entries[name] = _unavailable_model(name, Path(folder), checkpoints)
+    return entries
+
+
+class Registry:
+    """The current set of entries, readiness, and atomic reload."""
+
+    def __init__(self, folder: Path, checkpoints: Path = REFERENCE_CHECKPOINTS) -> None:
+        self.folder, self.checkpoints = Path(folder), Path(checkpoints)
+        self.entries: dict[str, Entry] = {}
+        self.ready = threading.Event()
+        self._reload_lock = threading.Lock()
+
+    def load(self) -> dict[str, Entry]:
+        with self._reload_lock:
+            entries = load_entries(self.folder, self.checkpoints)
+            self.entries = entries  # one assignment: readers see the old set or the new one, never a mix
+            self.ready.set()
+            return entries

@@ -1,0 +1,107 @@
+"""Pydantic models for every request and response of the service."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator
+
+MAX_QUERY_CHARS = 1000
+MAX_K = 100
+
+
+class SearchQuery(BaseModel):
+    q: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description=f"query text, 1..{MAX_QUERY_CHARS} chars")
+    k: int = Field(10, ge=1, le=MAX_K, description=f"number of hits, 1..{MAX_K}")
+
+    @field_validator("q")
+    @classmethod
+    def not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query must not be empty or whitespace")
+        return value
+
+
+class SearchRequest(SearchQuery):
+    model: str = Field(min_length=1, description="an index name from GET /models")
+
+
+class Hit(BaseModel):
+    rank: int
+    doc_id: str
+    title: str
+    snippet: str
+    score: float = Field(description="cosine similarity (BM25 score for bm25)")
+
+
+class Spread(BaseModel):
+    """This query's scores over the whole corpus: in a cone, min and max nearly meet."""
+
+    min: float
+    median: float
+    max: float
+
+
+class SearchResponse(BaseModel):
+    model: str
+    query: str
+    k: int
+    metric: str
+    hits: list[Hit]
+    spread: Spread
+
+
+class ModelInfo(BaseModel):
+    name: str
+    model: str | None
+    available: bool
+    reason: str | None
+    dim: int | None
+    n_docs: int | None
+    postprocess: str | None
+    metric: str | None
+    geometry: dict[str, float] | None
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo]
+
+
+class CompareResponse(BaseModel):
+    query: str
+    k: int
+    results: list[SearchResponse]
+    unavailable: list[ModelInfo]
+
+
+class GeometryResponse(BaseModel):
+    name: str
+    geometry: dict[str, float] = Field(description="instruments on the indexed (corrected) vectors")
+    geometry_raw: dict[str, float] = Field(description="instruments on the encoder's raw vectors")
+
+
+class Histogram(BaseModel):
+    name: str
+    edges: list[float]
+    counts: list[int]
+    n_pairs: int
+    mean: float
+    std: float
+    p1: float
+    p50: float
+    p99: float
+
+
+class HistogramsResponse(BaseModel):
+    histograms: list[Histogram]
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+class Status(BaseModel):
+    status: str
+
+
+class ReloadResponse(BaseModel):
+    models: int
+    available: int
