@@ -63,7 +63,8 @@ class BM25Index:
         scores = np.zeros((len(queries), k), dtype=np.float32)
         rows = np.zeros((len(queries), k), dtype=np.int64)
         for i, query_tokens in enumerate(tokens):
-            all_scores = self.retriever.get_scores(query_tokens)
+            # bm25s fails on a query that tokenizes to nothing (all stopwords, digits): every score is 0.
+            all_scores = self.retriever.get_scores(query_tokens) if query_tokens else np.zeros(len(self.docs))
             top = np.argsort(-all_scores, kind="stable")[:k]
             rows[i], scores[i] = top, all_scores[top]
         return scores, rows

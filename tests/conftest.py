@@ -62,14 +62,39 @@ def data_dir() -> Path:
     return root
 
 
-@pytest.fixture()
-def tiny_corpus(tmp_path: Path) -> Path:
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
     """A few hundred made-up sentences: enough for a 300-entry BPE and a few training steps."""
     rng = np.random.default_rng(0)
     lines = [" ".join(rng.choice(WORDS, size=rng.integers(5, 14))) + "." for _ in range(600)]
-    path = tmp_path / "tiny.txt"
+    path = tmp_path_factory.mktemp("corpus") / "tiny.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tiny_corpus, tmp_path_factory) -> Path:
+    """CHECKPOINTS/baseline and CHECKPOINTS/regularized: tiny LMs trained for a few steps by `train`."""
+    from models.gpt import GPTConfig
+    from models.train import TrainConfig, train
+
+    root = tmp_path_factory.mktemp("checkpoints")
+    model = GPTConfig(vocab_size=300, n_embd=32, n_layer=2, n_head=2, block_size=16)
+    for name, reg in (("baseline", 0.0), ("regularized", 1.0)):
+        cfg = TrainConfig(
+            tokens=8 * 16 * 12,
+            batch_size=8,
+            lr=1e-2,
+            warmup_steps=2,
+            reg_cos=reg,
+            reg_cos_rows=128,
+            eval_interval=12,
+            eval_batches=1,
+            bf16=False,
+            block_size=16,
+        )
+        train(root / name, [tiny_corpus], cfg, model, progress=False)
+    return root
 
 
 @pytest.fixture(scope="session")
@@ -107,11 +132,20 @@ def tiny_roberta_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture()
 def tiny_beir(tmp_path: Path) -> Path:
-    """A BEIR-format dataset of made-up documents and queries, under DATA/tiny."""
+    """A BEIR-format dataset of made-up documents and queries under DATA/tiny (and STS pairs), per test."""
+    return make_tiny_beir(tmp_path / "data")
+
+
+@pytest.fixture(scope="session")
+def shared_tiny_beir(tmp_path_factory) -> Path:
+    """The same dataset once per session, for tests that only read it."""
+    return make_tiny_beir(tmp_path_factory.mktemp("beir") / "data")
+
+
+def make_tiny_beir(root: Path) -> Path:
     import json
 
     rng = np.random.default_rng(1)
-    root = tmp_path / "data"
     folder = root / "tiny"
     (folder / "qrels").mkdir(parents=True)
     docs = [{"_id": f"d{i}", "title": f"doc {i}", "text": " ".join(rng.choice(WORDS, size=20))} for i in range(40)]
@@ -120,5 +154,10 @@ def tiny_beir(tmp_path: Path) -> Path:
     (folder / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries) + "\n")
     (folder / "qrels" / "test.tsv").write_text(
         "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10))
+    )
+    (root / "stsb").mkdir()
+    pairs = [(docs[i]["text"][:50], docs[i]["text"][:45], 5.0 - i % 6) for i in range(30)]
+    (root / "stsb" / "test.csv").write_text(
+        "sentence1,sentence2,score\n" + "".join(f"{a},{b},{s}\n" for a, b, s in pairs)
     )
     return root

@@ -174,3 +174,9 @@ def test_stsb_install_converts_to_csv(tmp_path):
     fetch.install_stsb(gzip.compress(tsv.encode()), tmp_path)
     pairs = load_sts(tmp_path / "stsb" / "test.csv")
     assert pairs.scores == [2.5] and pairs.sentence1 == ["A b."]
+
+
+def test_bm25_query_of_stopwords_only_scores_zero(tiny_beir, tmp_path):
+    index = BM25Index(build_bm25(load_beir(tiny_beir, "tiny"), tmp_path / "bm25", progress=False))
+    scores, rows = index.search(["the and of", "0"], 3)
+    assert scores.shape == (2, 3) and not scores.any()

@@ -15,7 +15,7 @@ def test_scifact_test_split_as_published(data_dir):
 
 def test_stsb_test_pairs(data_dir):
     pairs = load_sts(data_dir / "stsb" / "test.csv")
-    assert len(pairs.scores) == 1379 and 0 <= min(pairs.scores) and max(pairs.scores) <= 5
+    assert len(pairs.scores) == 1379 and min(pairs.scores) >= 0 and max(pairs.scores) <= 5
 
 
 def test_lm_corpus_excludes_queries_and_sts(data_dir):

@@ -1,0 +1,171 @@
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cone.cli import main
+from eval import metrics
+from eval.harness import load_eval_data, run_eval
+from geometry import pair_cosines, spread
+
+SCHEMA_METRICS = {
+    "ndcg_at_10",
+    "mrr_at_10",
+    "recall_at_100",
+    "stsb_spearman",
+    "random_cos_mean",
+    "random_cos_std",
+    "relevant_cos_mean",
+    "threshold_f1",
+    "hubness_skew",
+    "anisotropy",
+    "decorrelation",
+    "effective_rank",
+    "sigreg",
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CONE_ROBERTA_PATH", str(tmp_path / "no-roberta-here"))
+
+
+def test_retrieval_metrics_match_hand_computation():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1, "c": 1}}
+    run = {"q1": {"x": 3.0, "a": 2.0}, "q2": {"b": 3.0, "x": 2.0, "c": 1.0}}
+    found = metrics.retrieval(qrels, run)
+    ndcg_q1 = 1 / math.log2(3)
+    ndcg_q2 = (1 + 1 / math.log2(4)) / (1 + 1 / math.log2(3))
+    assert found["ndcg_at_10"] == pytest.approx((ndcg_q1 + ndcg_q2) / 2)
+    assert found["mrr_at_10"] == pytest.approx((1 / 2 + 1) / 2)
+    assert found["recall_at_100"] == pytest.approx(1.0)
+
+
+def test_a_query_that_retrieved_nothing_counts_as_zero():
+    found = metrics.retrieval({"q1": {"a": 1}, "q2": {"b": 1}}, {"q1": {"a": 1.0}})
+    assert found["ndcg_at_10"] == pytest.approx(0.5) and found["recall_at_100"] == pytest.approx(0.5)
+
+
+def test_threshold_f1_hand_example_and_chance_level():
+    t, f1 = metrics.threshold_f1(np.array([0.9, 0.8]), np.array([0.1, 0.2, 0.85]))
+    assert t == pytest.approx(0.8) and f1 == pytest.approx(2 / (1 + 1 + 1 / 3))
+    # Identical distributions: nothing beats calling everything relevant (F1 = 2/3).
+    same = np.linspace(0, 1, 101)
+    assert metrics.threshold_f1(same, same)[1] == pytest.approx(2 / 3, abs=0.02)
+
+
+def test_hubness_counts_k_occurrence():
+    top = np.array([[0, 1], [0, 2], [0, 3], [0, 1]])
+    found = metrics.hubness(top, n_docs=6)
+    assert found["max_k_occurrence"] == 4 and found["hub_top1_share"] == 1.0 and found["hubness_skew"] > 0
+
+
+def _retrieval_pairs(embed, n=400, d=64, seed=0):
+    """Queries, a relevant document per query (query + noise) and unrelated documents, embedded by ``embed``."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((n, d))
+    relevant = q + 0.3 * rng.standard_normal((n, d))
+    others = rng.standard_normal((n, d))
+    eq, er, eo = embed(q, rng), embed(relevant, rng), embed(others, rng)
+    rel_cos = (eq / np.linalg.norm(eq, axis=1, keepdims=True) * (er / np.linalg.norm(er, axis=1, keepdims=True))).sum(1)
+    return rel_cos, pair_cosines(eq, eo, n_pairs=5000)
+
+
+def _isotropic(x, rng):
+    return x
+
+
+def _cone(x, rng):
+    # A large shared offset plus non-semantic variance that dwarfs the semantic signal: what an
+    # anisotropic encoder does to meaning.
+    n, d = x.shape
+    offset = np.full(2 * d, 100.0 / np.sqrt(2 * d))
+    return offset + np.hstack([0.05 * x, rng.standard_normal((n, d))])
+
+
+def test_cone_puts_every_score_in_a_narrow_band_and_no_threshold_works():
+    iso_rel, iso_rand = _retrieval_pairs(_isotropic)
+    cone_rel, cone_rand = _retrieval_pairs(_cone)
+    iso, cone = spread(iso_rand), spread(cone_rand)
+    assert cone["p1"] > 0.95 and cone["p99"] - cone["p1"] < 0.05
+    assert iso["p99"] - iso["p1"] > 0.4
+    assert metrics.threshold_f1(iso_rel, iso_rand)[1] > 0.95
+    assert metrics.threshold_f1(cone_rel, cone_rand)[1] < 0.75
+
+
+def _check_schema(report: dict) -> None:
+    assert set(report) >= {"dataset", "results"}
+    for result in report["results"]:
+        assert set(result) >= {"model", "postprocess", "available", "reason", "metrics"}
+        assert isinstance(result["available"], bool)
+        if result["available"]:
+            assert result["reason"] is None
+            values = result["metrics"]
+            expected = SCHEMA_METRICS if result["model"] != "bm25" else {"ndcg_at_10", "mrr_at_10", "recall_at_100"}
+            assert expected <= set(values)
+            for key in expected:
+                assert isinstance(values[key], float) and math.isfinite(values[key]), key
+        else:
+            assert isinstance(result["reason"], str) and result["reason"] and result["metrics"] == {}
+
+
+def test_eval_end_to_end_report_figures_and_unavailable_model(tiny_beir, tiny_checkpoints, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["eval", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--checkpoints", str(tiny_checkpoints)]
+    argv += ["--models", "baseline,regularized,roberta,bm25", "--postprocess", "none,center", "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("skipped roberta") == 1 and "CONE_ROBERTA_PATH" in captured.err
+    report = json.loads((out / "report.json").read_text())
+    _check_schema(report)
+    got = {(r["model"], r["postprocess"]): r for r in report["results"]}
+    assert set(got) == {(m, p) for m in ("baseline", "regularized", "roberta") for p in ("none", "center")} | {
+        ("bm25", "none")
+    }
+    assert not got["roberta", "none"]["available"]
+    # Centering moves random pairs to mean ~0 whatever the model: the correction really was applied.
+    assert abs(got["baseline", "center"]["metrics"]["random_cos_mean"]) < 0.2
+    assert got["bm25", "none"]["metrics"]["ndcg_at_10"] > 0.5  # queries are prefixes of their documents
+    figures = sorted(p.name for p in (out / "figures").iterdir())
+    assert {"instruments.png", "random-pairs-none.png", "random-pairs-center.png", "hist-baseline.png"} <= set(figures)
+    assert "| baseline+center |" in (out / "report.md").read_text()
+    # A second run reuses the indexes it built.
+    built = {p.name: p.stat().st_mtime_ns for p in (out / "indexes").iterdir()}
+    assert main([*argv, "--no-progress", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dataset"] == "tiny"
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "indexes").iterdir()} == built
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--models", "nonsense"], "unknown model 'nonsense'"),
+        (["--dataset", "missing"], "dataset 'missing' not found"),
+        (["--postprocess", "abtt:x"], "unknown --postprocess"),
+    ],
+)
+def test_bad_eval_arguments_are_one_line_errors(extra, message, tiny_beir, tmp_path, capsys):
+    argv = ["eval", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--out", str(tmp_path / "o"), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_quick_subset_keeps_every_relevant_document(data_dir):
+    data = load_eval_data(data_dir, "scifact", quick=True)
+    ds = data.dataset
+    assert len(ds.qrels) == 50 and len(ds.corpus) == 1000 and len(data.sts.scores) == 200
+    assert all(d in ds.corpus for rel in ds.qrels.values() for d in rel)
+
+
+@pytest.mark.slow
+def test_minilm_reproduces_published_scifact_and_stsb(data_dir, tmp_path):
+    """The metrics and loaders are right only if all-MiniLM-L6-v2 gives its published figures."""
+    data = load_eval_data(data_dir, "scifact")
+    (result,) = run_eval(["minilm"], ["none"], data, tmp_path / "indexes", progress=False)
+    assert result["metrics"]["ndcg_at_10"] == pytest.approx(0.645, abs=0.005)
+    assert result["metrics"]["stsb_spearman"] == pytest.approx(0.820, abs=0.005)
