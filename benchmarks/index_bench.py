@@ -51,8 +51,9 @@ def ann_at_scale(n: int, n_queries: int, factories: list[str], seed: int = 0) ->
     rng = np.random.default_rng(seed)
     base = rng.standard_normal((n, 256), dtype=np.float32)
     faiss.normalize_L2(base)
-    queries = base[rng.choice(n, n_queries, replace=False)] + 0.05 * rng.standard_normal((n_queries, 256),
-                                                                                           dtype=np.float32)
+    queries = base[rng.choice(n, n_queries, replace=False)] + 0.05 * rng.standard_normal(
+        (n_queries, 256), dtype=np.float32
+    )
     faiss.normalize_L2(queries)
     rows = []
     truth = None
@@ -100,8 +101,10 @@ def main() -> None:
         print(f"  {name:32s} {value:8.1f} docs/s")
     print(f"\nFAISS at scale: {args.n:,} unit vectors of d=256, {args.queries} queries, recall@10 vs Flat")
     for row in ann_at_scale(args.n, args.queries, args.factories):
-        print(f"  {row['factory']:28s} build {row['build_s']:7.1f} s  {row['qps']:9.0f} q/s  "
-              f"recall@10 {row['recall_at_10']:.3f}")
+        print(
+            f"  {row['factory']:28s} build {row['build_s']:7.1f} s  {row['qps']:9.0f} q/s  "
+            f"recall@10 {row['recall_at_10']:.3f}"
+        )
 
 
 if __name__ == "__main__":

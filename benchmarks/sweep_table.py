@@ -23,9 +23,11 @@ def main() -> None:
     for run in runs:
         r = final_record(run)
         cost = 100 * (r["val_loss"] / base["val_loss"] - 1)
-        print(f"| {run.name.split('-', 1)[1]} | {r['tokens']:,} | {r['val_loss']:.4f} | {cost:+.2f}% | "
-              f"{r['anisotropy']:.4f} | {base['anisotropy'] / r['anisotropy']:.1f}× | {r['effective_rank']:.1f} | "
-              f"{r['decorrelation']:.4f} |")
+        print(
+            f"| {run.name.split('-', 1)[1]} | {r['tokens']:,} | {r['val_loss']:.4f} | {cost:+.2f}% | "
+            f"{r['anisotropy']:.4f} | {base['anisotropy'] / r['anisotropy']:.1f}× | {r['effective_rank']:.1f} | "
+            f"{r['decorrelation']:.4f} |"
+        )
 
 
 if __name__ == "__main__":
