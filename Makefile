@@ -3,7 +3,8 @@ PY := $(VENV)/bin/python
 
 .PHONY: install demo test lint
 
-install:  ## create the virtual environment and install cone with its test tools
+install:  ## create the virtual environment and install cone with its test tools (+ Debian's chromium for the page test)
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 	python3.11 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e '.[dev]'

@@ -1,29 +1,45 @@
-"""``cone demo``: the main job, running every part of the pipeline that exists so far."""
+"""``cone demo``: the main job, end to end: instruments, checkpoints, indexes, eval, then the service."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from data.loaders import DATA_DIR_ENV, data_dir
+from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS
+from eval.cli import run_eval_command
 from geometry.cli import run_checkpoint, run_synthetic
+from service.cli import DEFAULT_HOST, DEFAULT_PORT, serve
 
-REFERENCE_CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
-NOT_YET = "indexing, eval and the search service (issues 4-6)"
+DEFAULT_OUT = Path("runs/demo")
+DEFAULT_POSTPROCESS = "none,center,whiten"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "demo",
-        help="run the whole pipeline that exists so far",
-        description="The blind-spot proof on synthetic data, then the reference "
-        "checkpoints measured. Indexing, eval and the service are not built yet.",
+        help="the whole pipeline: instruments, checkpoints, indexes, eval report, then the service",
+        description="1) the blind-spot proof on synthetic data; 2) the reference checkpoints' embedding tables; "
+        "3) indexes for every available model (built when missing, reused after) and the eval report; "
+        "4) the search service on those indexes. A second run reuses what is built.",
     )
     p.add_argument(
-        "--checkpoints",
-        type=Path,
-        default=REFERENCE_CHECKPOINTS,
-        help="folder holding baseline/ and regularized/ checkpoints",
+        "--data-dir", type=Path, default=None, help=f"datasets folder (default ${DATA_DIR_ENV} or ../shared/datasets)"
     )
+    p.add_argument("--dataset", default="scifact")
+    p.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"where indexes and the report go (default {DEFAULT_OUT})"
+    )
+    p.add_argument("--models", default=",".join(MODEL_NAMES), help="comma list (default every model)")
+    p.add_argument("--postprocess", default=DEFAULT_POSTPROCESS, help=f"default {DEFAULT_POSTPROCESS}")
+    p.add_argument(
+        "--checkpoints", type=Path, default=REFERENCE_CHECKPOINTS, help="folder with baseline/, regularized/"
+    )
+    p.add_argument("--quick", action="store_true", help="evaluate the quick subset (minutes; see docs/eval.md)")
+    p.add_argument("--host", default=DEFAULT_HOST)
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--no-serve", action="store_true", help="stop after the report instead of starting the service")
+    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_demo)
 
 
@@ -37,5 +53,24 @@ def run_demo(args: argparse.Namespace) -> int:
             run_checkpoint(argparse.Namespace(path=path, json=False))
         else:
             print(f"not available: no checkpoint at {path} (train one with `cone train --out {path}`)")
-    print(f"\nNot built yet: {NOT_YET}.")
+    out = args.out / args.dataset
+    print(f"\n== 3. Indexes for every model and the eval report ({out}) ==", flush=True)
+    eval_args = argparse.Namespace(
+        dataset=args.dataset,
+        models=[m.strip() for m in args.models.split(",") if m.strip()],
+        postprocess=[s.strip() for s in args.postprocess.split(",") if s.strip()],
+        data_dir=data_dir(args.data_dir),
+        out=out / "eval",
+        indexes=out / "indexes",
+        checkpoints=args.checkpoints,
+        quick=args.quick,
+        no_sts=False,
+        json=False,
+        no_progress=args.no_progress,
+    )
+    run_eval_command(eval_args)
+    if args.no_serve:
+        return 0
+    print("\n== 4. The search service (Ctrl-C stops it) ==")
+    serve(out / "indexes", args.host, args.port, args.checkpoints)
     return 0

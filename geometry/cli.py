@@ -119,8 +119,8 @@ def run_checkpoint(args: argparse.Namespace) -> int:
     print(table([{"instrument": k, "value": v} for k, v in report["table"].items()], VECTOR_COLUMNS))
     print(f"\ntokens seen in training: {report['n_seen']}, never seen: {report['n_unseen']}")
     print(
-        f"mean norm seen {report['seen_norm_mean']:.4f}, unseen {report['unseen_norm_mean']}, "
-        f"ratio {report['unseen_seen_norm_ratio']}"
+        f"mean norm seen {report['seen_norm_mean']:.4f}, unseen {report['unseen_norm_mean']:.4f}, "
+        f"ratio {report['unseen_seen_norm_ratio']:.2f}×"
     )
     logit = report["logit_test"]
     if logit:

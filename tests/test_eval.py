@@ -169,3 +169,18 @@ def test_minilm_reproduces_published_scifact_and_stsb(data_dir, tmp_path):
     (result,) = run_eval(["minilm"], ["none"], data, tmp_path / "indexes", progress=False)
     assert result["metrics"]["ndcg_at_10"] == pytest.approx(0.645, abs=0.005)
     assert result["metrics"]["stsb_spearman"] == pytest.approx(0.820, abs=0.005)
+
+
+def test_demo_builds_then_reuses_indexes_and_report(shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
+    argv = ["demo", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir), "--checkpoints", str(tiny_checkpoints)]
+    argv += ["--models", "baseline,regularized,bm25", "--postprocess", "none,center", "--out", str(tmp_path)]
+    argv += ["--no-serve", "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "sigreg_centered" in printed and "logit test" in printed and "report:" in printed
+    indexes = tmp_path / "tiny" / "indexes"
+    built = {p.name: p.stat().st_mtime_ns for p in indexes.iterdir()}
+    assert set(built) == {"baseline", "baseline-center", "regularized", "regularized-center", "bm25"}
+    assert (tmp_path / "tiny" / "eval" / "report.json").is_file()
+    assert main(argv) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in indexes.iterdir()} == built
