@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from data.loaders import DATA_DIR_ENV, data_dir
-from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS
+from data.loaders import add_data_dir_option, data_dir
+from encoders.registry import MODEL_NAMES, add_checkpoints_option
 from eval.cli import run_eval_command
 from geometry.cli import run_checkpoint, run_synthetic
 from service.cli import DEFAULT_HOST, DEFAULT_PORT, serve
@@ -23,18 +23,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         "3) indexes for every available model (built when missing, reused after) and the eval report; "
         "4) the search service on those indexes. A second run reuses what is built.",
     )
-    p.add_argument(
-        "--data-dir", type=Path, default=None, help=f"datasets folder (default ${DATA_DIR_ENV} or ../shared/datasets)"
-    )
+    add_data_dir_option(p)
     p.add_argument("--dataset", default="scifact")
     p.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"where indexes and the report go (default {DEFAULT_OUT})"
     )
     p.add_argument("--models", default=",".join(MODEL_NAMES), help="comma list (default every model)")
     p.add_argument("--postprocess", default=DEFAULT_POSTPROCESS, help=f"default {DEFAULT_POSTPROCESS}")
-    p.add_argument(
-        "--checkpoints", type=Path, default=REFERENCE_CHECKPOINTS, help="folder with baseline/, regularized/"
-    )
+    add_checkpoints_option(p)
     p.add_argument("--quick", action="store_true", help="evaluate the quick subset (minutes; see docs/eval.md)")
     p.add_argument("--host", default=DEFAULT_HOST)
     p.add_argument("--port", type=int, default=DEFAULT_PORT)

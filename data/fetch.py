@@ -20,7 +20,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cone.errors import ConeError
-from data.loaders import DATA_DIR_ENV, data_dir
+from data.loaders import add_data_dir_option, data_dir
 
 SOURCES = {
     "scifact": "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/scifact.zip",
@@ -80,9 +80,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     fetch = sub.add_parser("fetch", help="download scifact (BEIR) or stsb into the data dir")
     fetch.add_argument("dataset", choices=sorted(SOURCES))
-    fetch.add_argument(
-        "--data-dir", type=Path, default=None, help=f"target folder (default ${DATA_DIR_ENV} or ../shared/datasets)"
-    )
+    add_data_dir_option(fetch, "target folder")
     fetch.set_defaults(handler=run_fetch)
 
 

@@ -20,6 +20,13 @@ DEFAULT_DATA_DIR = Path("../shared/datasets")
 Corpus = dict[str, dict[str, str]]  # doc id -> {"title": ..., "text": ...}
 
 
+def add_data_dir_option(parser, what: str = "datasets folder") -> None:
+    """The --data-dir option every command that reads datasets shares."""
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help=f"{what} (default ${DATA_DIR_ENV} or ../shared/datasets)"
+    )
+
+
 def data_dir(explicit: Path | None = None) -> Path:
     """--data-dir if given, else $CONE_DATA_DIR, else ../shared/datasets."""
     if explicit is not None:
@@ -43,7 +50,8 @@ class RetrievalDataset:
         return h.hexdigest()[:16]
 
 
-def _jsonl(path: Path, required: tuple[str, ...]) -> list[dict]:
+def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
+    """JSON objects, one per non-blank line; a malformed line is an error naming the file and line."""
     if not path.is_file():
         raise ConeError(f"{path}: not found (fetch it with `cone data fetch` or pass --data-dir)")
     records = []
@@ -88,9 +96,9 @@ def load_beir(root: Path, name: str = "scifact", split: str = "test") -> Retriev
         raise ConeError(f"dataset {name!r} not found under {root} (run `cone data fetch {name} --data-dir {root}`)")
     corpus = {
         str(r["_id"]): {"title": str(r.get("title") or ""), "text": str(r["text"])}
-        for r in _jsonl(folder / "corpus.jsonl", ("_id", "text"))
+        for r in read_jsonl(folder / "corpus.jsonl", ("_id", "text"))
     }
-    queries = {str(r["_id"]): str(r["text"]) for r in _jsonl(folder / "queries.jsonl", ("_id", "text"))}
+    queries = {str(r["_id"]): str(r["text"]) for r in read_jsonl(folder / "queries.jsonl", ("_id", "text"))}
     qrels = _qrels(folder / "qrels" / f"{split}.tsv")
     qrels = {q: docs for q, docs in qrels.items() if q in queries}
     return RetrievalDataset(name=name, corpus=corpus, queries=queries, qrels=qrels)

@@ -12,6 +12,16 @@ LM_MODELS = ("baseline", "regularized")
 MODEL_NAMES = (*LM_MODELS, "roberta", "minilm", "bm25")
 
 
+def add_checkpoints_option(parser) -> None:
+    """The --checkpoints option of every command that may load the project's language models."""
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        default=REFERENCE_CHECKPOINTS,
+        help="folder holding the baseline/ and regularized/ checkpoints (default: the committed ones)",
+    )
+
+
 def load_encoder(spec: str, checkpoints: Path = REFERENCE_CHECKPOINTS, layer: str | int = "last") -> Encoder:
     """baseline | regularized | roberta | minilm | st:PATH. Raises ModelUnavailable, never substitutes."""
     if spec in LM_MODELS:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from cone.output import dump_json, table
-from data.loaders import DATA_DIR_ENV, data_dir
-from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS
+from data.loaders import add_data_dir_option, data_dir
+from encoders.registry import MODEL_NAMES, add_checkpoints_option
 from eval import report
 from eval.harness import load_eval_data, public, run_eval
 
@@ -36,12 +36,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default="scifact", help="BEIR dataset folder name (default scifact)")
     p.add_argument("--models", type=_list, default=_list(DEFAULT_MODELS), help=f"default {DEFAULT_MODELS}")
     p.add_argument("--postprocess", type=_list, default=["none"], help="comma list of none,center,whiten,abtt:K")
-    p.add_argument(
-        "--data-dir", type=Path, default=None, help=f"datasets folder (default ${DATA_DIR_ENV} or ../shared/datasets)"
-    )
+    add_data_dir_option(p)
     p.add_argument("--out", type=Path, required=True, help="report folder")
     p.add_argument("--indexes", type=Path, default=None, help="index folder to reuse/fill (default OUT/indexes)")
-    p.add_argument("--checkpoints", type=Path, default=REFERENCE_CHECKPOINTS, help="folder of LM checkpoints")
+    add_checkpoints_option(p)
     p.add_argument(
         "--quick", action="store_true", help="50 test queries, 1,000 documents, 200 STS pairs (see docs/eval.md)"
     )

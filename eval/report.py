@@ -116,6 +116,8 @@ def write_figures(out: Path, results: list[dict]) -> list[Path]:
 def _md_table(results: list[dict], columns: tuple[str, ...]) -> list[str]:
     lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for r in results:
+        if all(r["metrics"].get(c) is None for c in columns):
+            continue  # e.g. BM25 in the cosine tables: nothing to show
         values = [format_value(r["metrics"].get(c)) if r["metrics"].get(c) is not None else "—" for c in columns]
         lines.append(f"| {label(r)} | " + " | ".join(values) + " |")
     return lines
@@ -131,7 +133,8 @@ def write_markdown(out: Path, report: dict, figures: list[Path]) -> Path:
         lines += [f"## {title.capitalize()}", "", *_md_table(available, columns), ""]
     if missing:
         lines += ["## Unavailable", ""]
-        lines += [f"- {label(r)}: {r['reason']}" for r in missing]
+        reasons = {r["model"]: r["reason"] for r in missing}
+        lines += [f"- {model}: {reason}" for model, reason in reasons.items()]
         lines.append("")
     if figures:
         lines += ["## Figures", ""]

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from data.loaders import DATA_DIR_ENV, data_dir, load_beir
+from data.loaders import add_data_dir_option, data_dir, load_beir
 from encoders.base import ModelUnavailable
-from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS, load_encoder
+from encoders.registry import MODEL_NAMES, add_checkpoints_option, load_encoder
 from indexing import postprocess as pp
 from indexing import store
 from indexing.dense import DEFAULT_FACTORY, build_dense
@@ -29,9 +29,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", required=True, help=f"{', '.join(MODEL_NAMES)} or st:PATH")
     p.add_argument("--dataset", default="scifact", help="BEIR dataset folder name (default scifact)")
-    p.add_argument(
-        "--data-dir", type=Path, default=None, help=f"datasets folder (default ${DATA_DIR_ENV} or ../shared/datasets)"
-    )
+    add_data_dir_option(p)
     p.add_argument("--out", type=Path, required=True, help="folder of indexes (INDEX_DIR)")
     p.add_argument("--postprocess", default="none", help="none | center | whiten | abtt:K (default none)")
     p.add_argument(
@@ -40,7 +38,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="FAISS index factory string (default Flat = exact; e.g. HNSW32 for big corpora)",
     )
     p.add_argument("--layer", type=layer_arg, default="last", help="LM models only: last | emb | INDEX")
-    p.add_argument("--checkpoints", type=Path, default=REFERENCE_CHECKPOINTS, help="folder of LM checkpoints")
+    add_checkpoints_option(p)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=run_index)
 

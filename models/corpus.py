@@ -6,11 +6,10 @@ Never the evaluation queries, never STS-B: the held-out benchmarks stay held out
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 from cone.errors import ConeError
-from data.loaders import DATA_DIR_ENV
+from data.loaders import DATA_DIR_ENV, read_jsonl
 
 VALIDATION_SHARE = 0.02  # of documents, chosen by hash so the split never depends on order
 
@@ -28,19 +27,10 @@ def default_corpus_files(root: Path) -> list[Path]:
 
 def _jsonl_documents(path: Path) -> list[str]:
     docs = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConeError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise ConeError(f"{path}:{number}: expected a JSON object")
-            text = " ".join(str(record[k]).strip() for k in ("title", "text") if record.get(k))
-            if text:
-                docs.append(text)
+    for record in read_jsonl(path):
+        text = " ".join(str(record[k]).strip() for k in ("title", "text") if record.get(k))
+        if text:
+            docs.append(text)
     return docs
 
 

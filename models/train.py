@@ -26,11 +26,22 @@ from models.corpus import read_documents, split
 from models.gpt import GPT, GPTConfig
 from models.tokenizer import EOS, load_tokenizer, train_tokenizer
 
-# Chosen by the sweep in docs/training.md (scripts: benchmarks/reg_cos_sweep.sh): the
-# smallest λ whose table anisotropy is several times lower at a validation-loss cost
-# under 1%.
+# Chosen by the sweep in docs/training.md (benchmarks/reg_cos_sweep.sh, 409,600 tokens each):
+# λ = 3 is the smallest λ that cuts the table's anisotropy several-fold (4.7×; λ = 1 gives 2.0×)
+# for a validation-loss cost under 1% (+0.85%; λ = 10 costs +1.76%). At the full 4M-token budget
+# the cost vanished: val loss 5.642 vs 5.655 for λ = 0, anisotropy 92× lower (docs/results.md).
 DEFAULT_REG_COS = 3.0
 VAL_SEED_OFFSET = 1_000_000_007
+
+
+def bf16_is_fast() -> bool:
+    """bf16 autocast pays only where the CPU has native bf16 (AVX512-BF16 or AMX); elsewhere it is emulated
+    and measured here ~25x slower than fp32 (benchmarks/train_speed.py, docs/benchmarks.md)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 @dataclass(frozen=True)
@@ -46,7 +57,7 @@ class TrainConfig:
     eval_interval: int = 50
     eval_batches: int = 8
     seed: int = 0
-    bf16: bool = True
+    bf16: bool = field(default_factory=lambda: bf16_is_fast())
     block_size: int = 128
     corpus: list[str] = field(default_factory=list)
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from cone.errors import ConeError
-from encoders.registry import REFERENCE_CHECKPOINTS
+from encoders.registry import add_checkpoints_option
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 
@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--indexes", type=Path, required=True, help="folder of indexes (INDEX_DIR)")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
-    p.add_argument("--checkpoints", type=Path, default=REFERENCE_CHECKPOINTS, help="folder of LM checkpoints")
+    add_checkpoints_option(p)
     p.set_defaults(handler=run_serve)
 
 

@@ -75,25 +75,13 @@ def tiny_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_checkpoints(tiny_corpus, tmp_path_factory) -> Path:
     """CHECKPOINTS/baseline and CHECKPOINTS/regularized: tiny LMs trained for a few steps by `train`."""
-    from models.gpt import GPTConfig
-    from models.train import TrainConfig, train
+    from tiny import TINY, tiny_cfg
+
+    from models.train import train
 
     root = tmp_path_factory.mktemp("checkpoints")
-    model = GPTConfig(vocab_size=300, n_embd=32, n_layer=2, n_head=2, block_size=16)
     for name, reg in (("baseline", 0.0), ("regularized", 1.0)):
-        cfg = TrainConfig(
-            tokens=8 * 16 * 12,
-            batch_size=8,
-            lr=1e-2,
-            warmup_steps=2,
-            reg_cos=reg,
-            reg_cos_rows=128,
-            eval_interval=12,
-            eval_batches=1,
-            bf16=False,
-            block_size=16,
-        )
-        train(root / name, [tiny_corpus], cfg, model, progress=False)
+        train(root / name, [tiny_corpus], tiny_cfg(reg, tokens=8 * 16 * 12, eval_interval=12), TINY, progress=False)
     return root
 
 

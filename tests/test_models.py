@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny import TINY, tiny_cfg
 
 from cone.cli import build_parser, main
 from cone.errors import ConeError
@@ -12,27 +13,9 @@ from geometry import anisotropy
 from models import train as train_module
 from models.analysis import checkpoint_report
 from models.checkpoint import load_checkpoint
-from models.gpt import GPT, GPTConfig
+from models.gpt import GPT
 from models.tokenizer import train_tokenizer
 from models.train import DEFAULT_REG_COS, TrainConfig, train
-
-TINY = GPTConfig(vocab_size=300, n_embd=32, n_layer=2, n_head=2, block_size=16)
-
-
-def tiny_cfg(reg: float, tokens: int = 8 * 16 * 24) -> TrainConfig:
-    return TrainConfig(
-        tokens=tokens,
-        batch_size=8,
-        lr=1e-2,
-        min_lr=1e-3,
-        warmup_steps=2,
-        reg_cos=reg,
-        reg_cos_rows=128,
-        eval_interval=6,
-        eval_batches=2,
-        bf16=False,
-        block_size=16,
-    )
 
 
 def last_log(path: Path) -> dict:
@@ -164,3 +147,12 @@ def test_negative_reg_cos_is_an_argument_error(capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["train", "--out", "x", "--reg-cos", "-1"])
     assert exc.value.code == 2
+
+
+def test_bf16_autocast_only_where_the_cpu_has_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(train_module, "bf16_is_fast", lambda: False)
+    assert TrainConfig().bf16 is False
+    monkeypatch.setattr(train_module, "bf16_is_fast", lambda: True)
+    assert TrainConfig().bf16 is True
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--out", str(tmp_path), "--fp32", "--bf16"])

@@ -1,0 +1,166 @@
+"""Load benchmark of `cone serve` on loopback with wrk, and the service's overhead, in one run.
+
+1. In-process: the same Entry.search the service calls (encode the query + FAISS search), median per query.
+2. `cone serve` in a subprocess; wrk with 1 connection (overhead: p50 / in-process) and with 16
+   connections for 30 s (errors, p50, p99, throughput).
+
+Usage: python benchmarks/load_bench.py --indexes DIR --model minilm [--seconds 30] [--connections 16]
+Needs wrk (Debian package `wrk`). Queries: the dataset's test queries, read from --data-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from data.loaders import data_dir, load_beir
+from encoders.registry import REFERENCE_CHECKPOINTS
+from service.registry import load_entries
+
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit(f"service at {url} not ready after {timeout:.0f} s")
+
+
+def lua_script(model: str, queries: list[str]) -> str:
+    paths = [f"/search?model={model}&k=10&q={urllib.parse.quote(q)}" for q in queries]
+    items = ",\n".join(json.dumps(p) for p in paths)
+    return (
+        f"local paths = {{\n{items}\n}}\nlocal i = 0\nrequest = function()\n  i = i + 1\n"
+        "  return wrk.format('GET', paths[(i % #paths) + 1])\nend\n"
+    )
+
+
+def parse_wrk(output: str) -> dict:
+    def ms(label: str) -> float:
+        value, unit = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", output, re.M).groups()
+        return float(value) * UNITS[unit]
+
+    requests = int(re.search(r"(\d+) requests in", output).group(1))
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
+    errors = (int(non_2xx.group(1)) if non_2xx else 0) + (sum(map(int, socket_errors.groups())) if socket_errors else 0)
+    return {
+        "requests": requests,
+        "errors": errors,
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),
+        "p50_ms": ms("50"),
+        "p99_ms": ms("99"),
+    }
+
+
+def run_wrk(url: str, script: Path, connections: int, seconds: int) -> dict:
+    threads = min(2, connections)
+    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url]
+    return parse_wrk(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+
+
+def in_process_ms(indexes: Path, checkpoints: Path, model: str, queries: list[str]) -> float:
+    entry = load_entries(indexes, checkpoints)[model]
+    if not entry.available:
+        raise SystemExit(f"model {model!r} unavailable: {entry.reason}")
+    for q in queries[:5]:
+        entry.search(q, 10)  # warm-up
+    times = []
+    for q in queries:
+        start = time.perf_counter()
+        entry.search(q, 10)
+        times.append((time.perf_counter() - start) * 1e3)
+    return float(np.median(times))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--indexes", type=Path, required=True)
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--checkpoints", type=Path, default=REFERENCE_CHECKPOINTS)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--dataset", default="scifact")
+    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: apt-get install wrk")
+    ds = load_beir(data_dir(args.data_dir), args.dataset)
+    queries = [ds.queries[q] for q in sorted(ds.qrels)][:100]
+    local_ms = in_process_ms(args.indexes, args.checkpoints, args.model, queries)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cone",
+            "serve",
+            "--indexes",
+            str(args.indexes),
+            "--port",
+            str(port),
+            "--checkpoints",
+            str(args.checkpoints),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_ready(url)
+        with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
+            handle.write(lua_script(args.model, queries))
+        script = Path(handle.name)
+        single = run_wrk(url, script, 1, min(10, args.seconds))
+        loaded = run_wrk(url, script, args.connections, args.seconds)
+    finally:
+        server.terminate()
+        server.wait(30)
+    result = {
+        "model": args.model,
+        "in_process_ms": local_ms,
+        "one_client": single,
+        "overhead_p50_ratio": single["p50_ms"] / local_ms,
+        f"{args.connections}_clients": loaded,
+        "load_rps_vs_in_process_capacity": loaded["rps"] / (1e3 / local_ms),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"model {args.model}: in-process encode+search median {local_ms:.2f} ms")
+    print(
+        f"1 client:  p50 {single['p50_ms']:.2f} ms, p99 {single['p99_ms']:.2f} ms, "
+        f"overhead p50 / in-process = {result['overhead_p50_ratio']:.2f}"
+    )
+    print(
+        f"{args.connections} clients, {args.seconds} s: {loaded['requests']} requests, errors {loaded['errors']}, "
+        f"{loaded['rps']:.1f} req/s, p50 {loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms "
+        f"(throughput = {result['load_rps_vs_in_process_capacity']:.2f}× one in-process worker)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""Plot validation loss and table anisotropy against tokens for checkpoints' training logs.
+
+Usage: python benchmarks/training_curves.py OUT.png CHECKPOINT [CHECKPOINT ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+
+def main() -> None:
+    out, runs = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
+    fig = Figure(figsize=(10, 3.4))
+    axes = fig.subplots(1, 3)
+    for run in runs:
+        log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+        tokens = [r["tokens"] / 1e6 for r in log]
+        for ax, key in zip(axes, ("val_loss", "anisotropy", "effective_rank"), strict=True):
+            ax.plot(tokens, [r[key] for r in log], label=run.name)
+            ax.set(title=key, xlabel="training tokens (M)")
+    axes[1].set_yscale("log")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

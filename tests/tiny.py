@@ -1,0 +1,24 @@
+"""Tiny model and training settings shared by the tests: a few seconds of training on two cores."""
+
+from __future__ import annotations
+
+from models.gpt import GPTConfig
+from models.train import TrainConfig
+
+TINY = GPTConfig(vocab_size=300, n_embd=32, n_layer=2, n_head=2, block_size=16)
+
+
+def tiny_cfg(reg: float, tokens: int = 8 * 16 * 24, eval_interval: int = 6) -> TrainConfig:
+    return TrainConfig(
+        tokens=tokens,
+        batch_size=8,
+        lr=1e-2,
+        min_lr=1e-3,
+        warmup_steps=2,
+        reg_cos=reg,
+        reg_cos_rows=128,
+        eval_interval=eval_interval,
+        eval_batches=2,
+        bf16=False,
+        block_size=16,
+    )
