@@ -35,7 +35,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--index-factory",
         default=DEFAULT_FACTORY,
-        help="FAISS index factory string (default Flat = exact; e.g. HNSW32 for big corpora)",
+        help="FAISS index factory string (default Flat = exact; for big corpora IVF4096,Flat with "
+        "--search-params nprobe=32, see docs/benchmarks.md)",
+    )
+    p.add_argument(
+        "--search-params",
+        default="",
+        help="FAISS search-time parameters kept in the manifest, e.g. nprobe=32 (IVF) or efSearch=128 (HNSW)",
     )
     p.add_argument("--layer", type=layer_arg, default="last", help="LM models only: last | emb | INDEX")
     add_checkpoints_option(p)
@@ -65,6 +71,7 @@ def run_index(args: argparse.Namespace) -> int:
             postprocess,
             args.index_factory,
             progress,
+            args.search_params,
         )
     print(f"index written to {out}")
     return 0

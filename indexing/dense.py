@@ -52,6 +52,17 @@ def random_pair_summary(vectors: np.ndarray) -> dict:
     return {**spread(cosines), "n_pairs": len(cosines), "histogram": histogram(cosines)}
 
 
+def set_search_params(index: faiss.Index, params: str) -> None:
+    """FAISS search-time settings ("nprobe=32", "efSearch=128"): not part of a factory string, so the
+    manifest keeps them and every load applies them."""
+    if not params:
+        return
+    try:
+        faiss.ParameterSpace().set_index_parameters(index, params)
+    except RuntimeError as exc:
+        raise ConeError(f"invalid --search-params {params!r}: {str(exc).splitlines()[-1][:160]}") from None
+
+
 def build_faiss(vectors: np.ndarray, factory: str) -> faiss.Index:
     try:
         index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
@@ -70,6 +81,7 @@ def build_dense(
     postprocess: str = "none",
     factory: str = DEFAULT_FACTORY,
     progress: bool = True,
+    search_params: str = "",
 ) -> Path:
     """Build (or replace, atomically) the index folder ``out``."""
     postprocess = pp.parse(postprocess)
@@ -79,6 +91,7 @@ def build_dense(
     corrected = pp.apply(raw, params)
     vectors = pp.l2_normalize(corrected)
     index = build_faiss(vectors, factory)
+    set_search_params(index, search_params)
     with store.atomic_folder(out) as tmp:
         faiss.write_index(index, str(tmp / INDEX_FILE))
         np.savez(tmp / PARAMS_FILE, **params)
@@ -95,6 +108,7 @@ def build_dense(
                 postprocess=postprocess,
                 postprocess_params={k: list(v.shape) for k, v in params.items()},
                 index_factory=factory,
+                search_params=search_params,
                 dataset=dataset.name,
                 corpus_fingerprint=dataset.fingerprint(),
                 n_docs=len(doc_ids),
@@ -129,6 +143,7 @@ class DenseIndex:
                 self.params = {k: npz[k] for k in npz.files}
         except (RuntimeError, OSError, ValueError) as exc:
             raise ConeError(f"{folder}: corrupt index files ({str(exc).splitlines()[0][:160]})") from None
+        set_search_params(self.index, self.manifest.get("search_params", ""))
         if self.index.d != encoder.dim or self.index.ntotal != self.manifest["n_docs"]:
             raise ConeError(
                 f"{folder}: index holds {self.index.ntotal} x {self.index.d}, manifest says "

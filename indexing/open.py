@@ -15,10 +15,17 @@ def open_index(
     checkpoints: Path = REFERENCE_CHECKPOINTS,
     model: str | None = None,
     corpus_fingerprint: str | None = None,
+    encoders: dict | None = None,
 ) -> DenseIndex | BM25Index:
-    """Validate and load; raises ConeError (bad files) or ModelUnavailable (no weights)."""
+    """Validate and load; raises ConeError (bad files) or ModelUnavailable (no weights).
+
+    ``encoders`` (model, layer) -> encoder lets indexes of one model share one loaded encoder.
+    """
     manifest = store.read_manifest(folder)
     if manifest["kind"] == "bm25":
         return BM25Index(folder, model, corpus_fingerprint)
-    encoder = load_encoder(manifest["model"], checkpoints, manifest.get("layer", "last"))
-    return DenseIndex(folder, encoder, model, corpus_fingerprint)
+    key = (manifest["model"], manifest.get("layer", "last"))
+    encoders = {} if encoders is None else encoders
+    if key not in encoders:
+        encoders[key] = load_encoder(key[0], checkpoints, key[1])
+    return DenseIndex(folder, encoders[key], model, corpus_fingerprint)

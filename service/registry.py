@@ -62,11 +62,15 @@ def _unavailable_model(name: str, folder: Path, checkpoints: Path) -> Entry:
 def load_entries(folder: Path, checkpoints: Path = REFERENCE_CHECKPOINTS) -> dict[str, Entry]:
     """Every index under ``folder``; a corrupt or mismatched one becomes an unavailable entry with its reason."""
     entries: dict[str, Entry] = {}
+    encoders: dict = {}  # one loaded encoder per model, shared by its indexes (and so is its lock)
+    locks: dict[int, threading.Lock] = {}
     for path in store.list_indexes(folder):
         manifest = None
         try:
             manifest = store.read_manifest(path)
-            entries[path.name] = Entry(path.name, manifest, index=open_index(path, checkpoints))
+            index = open_index(path, checkpoints, encoders=encoders)
+            lock = locks.setdefault(id(getattr(index, "encoder", index)), threading.Lock())
+            entries[path.name] = Entry(path.name, manifest, index=index, lock=lock)
         except ModelUnavailable as exc:
             entries[path.name] = Entry(path.name, manifest, reason=f"{exc.reason} (to make it available: {exc.fix})")
         except ConeError as exc:

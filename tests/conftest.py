@@ -54,6 +54,18 @@ WORDS = [
 ]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_embedding_cache(tmp_path_factory):
+    """No test writes the user's embedding cache; tests that need their own cache still set one."""
+    saved = os.environ.get("CONE_CACHE_DIR")
+    os.environ["CONE_CACHE_DIR"] = str(tmp_path_factory.mktemp("embedding-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("CONE_CACHE_DIR", None)
+    else:
+        os.environ["CONE_CACHE_DIR"] = saved
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     root = Path(os.environ.get("CONE_DATA_DIR", SHARED))

@@ -180,3 +180,12 @@ def test_bm25_query_of_stopwords_only_scores_zero(tiny_beir, tmp_path):
     index = BM25Index(build_bm25(load_beir(tiny_beir, "tiny"), tmp_path / "bm25", progress=False))
     scores, rows = index.search(["the and of", "0"], 3)
     assert scores.shape == (2, 3) and not scores.any()
+
+
+def test_approximate_index_keeps_its_search_params(tiny_beir, tmp_path, capsys):
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--out", str(tmp_path)]
+    assert main([*argv, "--index-factory", "IVF2,Flat", "--search-params", "nprobe=2", "--no-progress"]) == 0
+    index = open_index(tmp_path / "baseline")
+    assert index.manifest["search_params"] == "nprobe=2" and index.index.nprobe == 2
+    assert main([*argv, "--index-factory", "IVF2,Flat", "--search-params", "nonsense=1", "--no-progress"]) == 2
+    assert "invalid --search-params" in capsys.readouterr().err

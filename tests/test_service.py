@@ -161,3 +161,12 @@ def test_admin_reload_is_off_without_a_key_and_swaps_atomically(
     assert registry.entries["regularized"].manifest["postprocess"] == "center"
     hits, _ = old.search("cell", 2)  # a request that still holds the old entry completes on it
     assert len(hits) == 2
+
+
+def test_serve_binds_to_loopback_by_default_and_refuses_a_missing_folder(tmp_path, capsys):
+    from cone.cli import build_parser, main
+
+    assert build_parser().parse_args(["serve", "--indexes", str(tmp_path)]).host == "127.0.0.1"
+    assert main(["serve", "--indexes", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "no such folder of indexes" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,42 @@
+"""The committed reference checkpoints: real, comparable, and showing the claims docs/results.md reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from encoders.registry import REFERENCE_CHECKPOINTS
+from models.analysis import checkpoint_report
+from models.checkpoint import WEIGHTS, load_checkpoint
+
+BASE, REG = REFERENCE_CHECKPOINTS / "baseline", REFERENCE_CHECKPOINTS / "regularized"
+
+
+def _config(path):
+    return json.loads((path / "config.json").read_text())
+
+
+def test_checkpoints_are_small_tied_and_differ_only_in_the_regularizer():
+    base, reg = _config(BASE), _config(REG)
+    assert base["model"] == reg["model"] and base["model"]["vocab_size"] == 16392 and base["model"]["n_embd"] == 256
+    differ = {k for k in base["train"] if base["train"][k] != reg["train"][k]}
+    assert differ == {"reg_cos"} and base["train"]["reg_cos"] == 0 and reg["train"]["reg_cos"] > 0
+    assert base["tokens_seen"] == reg["tokens_seen"] > 3_990_000
+    for path in (BASE, REG):
+        assert (path / WEIGHTS).stat().st_size < 20 * 2**20
+        model, tokenizer, _ = load_checkpoint(path)
+        tables = [p for p in model.parameters() if p.shape == (16392, 256)]
+        assert len(tables) == 1 and tokenizer.get_vocab_size() == 16392  # one table: input and output (tied)
+
+
+@pytest.mark.slow
+def test_regularized_table_is_healthier_and_unseen_tokens_behave_as_reported():
+    base, reg = checkpoint_report(BASE), checkpoint_report(REG)
+    assert reg["table"]["anisotropy"] < base["table"]["anisotropy"] / 5
+    assert reg["table"]["effective_rank"] > base["table"]["effective_rank"] + 10
+    assert base["n_unseen"] > 0 and base["unseen_seen_norm_ratio"] > 2
+    assert base["logit_test"]["unseen_below_random_prompts"] >= 6
+    base_val = json.loads((BASE / "train_log.jsonl").read_text().splitlines()[-1])["val_loss"]
+    reg_val = json.loads((REG / "train_log.jsonl").read_text().splitlines()[-1])["val_loss"]
+    assert reg_val < base_val * 1.01
