@@ -61,6 +61,7 @@ def run_demo(args: argparse.Namespace) -> int:
         checkpoints=args.checkpoints,
         quick=args.quick,
         no_sts=False,
+        layer="last",
         json=False,
         no_progress=args.no_progress,
     )

@@ -12,6 +12,7 @@ from data.loaders import add_data_dir_option, data_dir
 from encoders.registry import MODEL_NAMES, add_checkpoints_option
 from eval import report
 from eval.harness import load_eval_data, public, run_eval
+from indexing.cli import layer_arg
 
 DEFAULT_MODELS = ",".join(MODEL_NAMES)
 SUMMARY = ("ndcg_at_10", "stsb_spearman", "random_cos_mean", "random_cos_std", "threshold_f1", "hubness_skew")
@@ -43,6 +44,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quick", action="store_true", help="50 test queries, 1,000 documents, 200 STS pairs (see docs/eval.md)"
     )
+    p.add_argument("--layer", type=layer_arg, default="last", help="LM models only: last | emb | INDEX (default last)")
     p.add_argument("--no-sts", action="store_true", help="skip STS-B (when the stsb folder is not available)")
     p.add_argument("--json", action="store_true", help="print report.json to stdout")
     p.add_argument("--no-progress", action="store_true")
@@ -63,7 +65,14 @@ def run_eval_command(args: argparse.Namespace) -> int:
             print(f"cone: skipped {result['model']}: {result['reason']}", file=sys.stderr)
 
     results = run_eval(
-        args.models, args.postprocess, data, indexes, args.checkpoints, not args.no_progress, on_result=announce
+        args.models,
+        args.postprocess,
+        data,
+        indexes,
+        args.checkpoints,
+        not args.no_progress,
+        on_result=announce,
+        lm_layer=args.layer,
     )
     command = "cone " + shlex.join(sys.argv[1:])
     payload = report.payload(data.dataset.name, data.quick, public(results), command)

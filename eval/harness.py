@@ -15,7 +15,7 @@ import numpy as np
 from cone.errors import ConeError
 from data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
 from encoders.base import Encoder, ModelUnavailable
-from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS, load_encoder
+from encoders.registry import LM_MODELS, MODEL_NAMES, REFERENCE_CHECKPOINTS, load_encoder
 from eval import metrics
 from geometry import pair_cosines, spread
 from indexing import postprocess as pp
@@ -76,7 +76,7 @@ def check_models(models: list[str]) -> None:
 
 
 def _open_or_build_dense(encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, progress: bool):
-    folder = indexes / store.index_name(model, spec)
+    folder = indexes / store.index_name(model, spec, getattr(encoder, "layer", "last"))
     fingerprint = data.dataset.fingerprint()
     if (folder / store.MANIFEST).is_file():
         try:
@@ -154,7 +154,7 @@ def evaluate_dense(
             a, b = index.correct(raw_sts[0]), index.correct(raw_sts[1])
             values["stsb_spearman"] = metrics.sts_spearman((a * b).sum(axis=1), data.sts.scores)
         values.update({k: index.manifest["geometry"][k] for k in GEOMETRY_KEYS})
-        results.append(_result(model, spec, index.folder.name, metrics=values))
+        results.append(_result(model, spec, index.folder.name, metrics=values, layer=getattr(encoder, "layer", "last")))
     return results
 
 
@@ -172,9 +172,17 @@ def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> dict:
     return _result("bm25", "none", index.folder.name, metrics=values)
 
 
-def _result(model: str, spec: str, index: str | None, metrics: dict | None = None, reason: str | None = None) -> dict:
+def _result(
+    model: str,
+    spec: str,
+    index: str | None,
+    metrics: dict | None = None,
+    reason: str | None = None,
+    layer: str | int = "last",
+) -> dict:
     return {
         "model": model,
+        "layer": layer,
         "postprocess": spec,
         "index": index,
         "available": reason is None,
@@ -191,8 +199,12 @@ def run_eval(
     checkpoints: Path = REFERENCE_CHECKPOINTS,
     progress: bool = True,
     on_result=None,
+    lm_layer: str | int = "last",
 ) -> list[dict]:
-    """One result per (model, post-processing); unavailable models get ``available: false`` and a reason."""
+    """One result per (model, post-processing); unavailable models get ``available: false`` and a reason.
+
+    ``lm_layer`` picks the layer the project's LMs are pooled from (``emb``: the bag of input embeddings,
+    the table reg_cos acts on); other models always use their own output."""
     check_models(models)
     specs = [pp.parse(s) for s in postprocesses]
     results: list[dict] = []
@@ -201,7 +213,7 @@ def run_eval(
             found = [evaluate_bm25(data, indexes, progress)]
         else:
             try:
-                encoder = load_encoder(model, checkpoints)
+                encoder = load_encoder(model, checkpoints, lm_layer if model in LM_MODELS else "last")
             except ModelUnavailable as exc:
                 reason = f"{exc.reason} (to make it available: {exc.fix})"
                 found = [_result(model, spec, None, reason=reason) for spec in specs]

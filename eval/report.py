@@ -32,11 +32,12 @@ COLUMNS = {
 
 
 def label(result: dict) -> str:
-    return result["model"] if result["postprocess"] == "none" else f"{result['model']}+{result['postprocess']}"
+    name = result["model"] if result.get("layer", "last") == "last" else f"{result['model']}[{result['layer']}]"
+    return name if result["postprocess"] == "none" else f"{name}+{result['postprocess']}"
 
 
 def slug(result: dict) -> str:
-    return label(result).replace("+", "-").replace(":", "").replace("/", "_")
+    return label(result).replace("+", "-").replace(":", "").replace("/", "_").replace("[", "-").replace("]", "")
 
 
 def write_json(out: Path, payload: dict) -> Path:
@@ -66,7 +67,7 @@ def _random_overlay(results: list[dict], spec: str, path: Path) -> None:
     fig = Figure(figsize=(7, 3.8))
     ax = fig.subplots()
     for r in results:
-        ax.hist(r["metrics"]["_random"], bins=BINS, density=True, histtype="step", lw=1.5, label=r["model"])
+        ax.hist(r["metrics"]["_random"], bins=BINS, density=True, histtype="step", lw=1.5, label=label(r))
     ax.set(
         xlabel="cosine similarity of random (query, document) pairs",
         ylabel="density",
