@@ -184,3 +184,13 @@ def test_demo_builds_then_reuses_indexes_and_report(shared_tiny_beir, tiny_check
     assert (tmp_path / "tiny" / "eval" / "report.json").is_file()
     assert main(argv) == 0
     assert {p.name: p.stat().st_mtime_ns for p in indexes.iterdir()} == built
+
+
+def test_lm_layer_is_evaluated_through_its_own_index(shared_tiny_beir, tiny_checkpoints, tmp_path):
+    data = load_eval_data(shared_tiny_beir, "tiny")
+    results = run_eval(
+        ["baseline", "bm25"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False, lm_layer="emb"
+    )
+    emb, bm25 = results
+    assert emb["layer"] == "emb" and emb["index"] == "baseline-layeremb" and emb["available"]
+    assert bm25["layer"] == "last"
