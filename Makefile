@@ -1,19 +1,23 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
 
 .PHONY: install demo test lint
 
-install:  ## create the virtual environment and install cone with its test tools (+ Debian's chromium for the page test)
+install: $(STAMP)  ## the virtual environment with cone and its test tools (+ Debian's chromium for the page test)
+
+$(STAMP): pyproject.toml
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 	python3.11 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e '.[dev]'
+	touch $(STAMP)
 
-demo:  ## the main job
+demo: $(STAMP)  ## the main job: indexes, eval report, then the service on 127.0.0.1:8000
 	$(VENV)/bin/cone demo
 
-test:  ## the whole test suite (the command CI runs)
+test: $(STAMP)  ## the whole test suite (the command CI runs)
 	$(PY) -m pytest
 
-lint:
+lint: $(STAMP)
 	$(VENV)/bin/ruff check .
