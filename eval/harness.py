@@ -6,7 +6,6 @@ missing, reused when their manifest still matches), so the eval measures exactly
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +26,6 @@ RETRIEVE_K = 100
 RANDOM_PAIRS = 20_000
 QUICK_QUERIES, QUICK_DOCS, QUICK_STS_PAIRS = 50, 1000, 200
 GEOMETRY_KEYS = ("anisotropy", "decorrelation", "effective_rank", "sigreg", "sigreg_x_floor", "uniformity")
-
-warnings.filterwarnings("ignore", module="ranx")  # numba's cast warnings say nothing about the numbers
 
 
 @dataclass

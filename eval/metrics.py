@@ -5,6 +5,8 @@ A run is BEIR's plain dict, ``{query id: {doc id: score}}``; qrels are ``{query 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from ranx import Qrels, Run, evaluate
 from scipy.stats import skew, spearmanr
@@ -12,6 +14,9 @@ from scipy.stats import skew, spearmanr
 RETRIEVAL_METRICS = {"ndcg_at_10": "ndcg@10", "mrr_at_10": "mrr@10", "recall_at_100": "recall@100"}
 HUB_K = 10
 HUB_TOP_DOCS = 10
+
+# numba's cast warnings inside ranx say nothing about the numbers.
+warnings.filterwarnings("ignore", module="ranx")
 
 
 def retrieval(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, float]:
