@@ -7,7 +7,7 @@ from pathlib import Path
 
 from data.loaders import add_data_dir_option, data_dir
 from encoders.registry import MODEL_NAMES, add_checkpoints_option
-from eval.cli import run_eval_command
+from eval import cli as eval_cli
 from geometry.cli import run_checkpoint, run_synthetic
 from service.cli import DEFAULT_HOST, DEFAULT_PORT, serve
 
@@ -51,21 +51,13 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"not available: no checkpoint at {path} (train one with `cone train --out {path}`)")
     out = args.out / args.dataset
     print(f"\n== 3. Indexes for every model and the eval report ({out}) ==", flush=True)
-    eval_args = argparse.Namespace(
-        dataset=args.dataset,
-        models=[m.strip() for m in args.models.split(",") if m.strip()],
-        postprocess=[s.strip() for s in args.postprocess.split(",") if s.strip()],
-        data_dir=data_dir(args.data_dir),
-        out=out / "eval",
-        indexes=out / "indexes",
-        checkpoints=args.checkpoints,
-        quick=args.quick,
-        no_sts=False,
-        layer="last",
-        json=False,
-        no_progress=args.no_progress,
-    )
-    run_eval_command(eval_args)
+    argv = ["--dataset", args.dataset, "--models", args.models, "--postprocess", args.postprocess]
+    argv += ["--data-dir", str(data_dir(args.data_dir)), "--out", str(out / "eval"), "--indexes", str(out / "indexes")]
+    argv += ["--checkpoints", str(args.checkpoints)] + ["--quick"] * args.quick + ["--no-progress"] * args.no_progress
+    eval_parser = argparse.ArgumentParser(prog="cone demo (eval step)")
+    eval_cli.add_arguments(eval_parser)
+    eval_args = eval_parser.parse_args(argv)
+    eval_cli.run_eval_command(eval_args)
     if args.no_serve:
         return 0
     print("\n== 4. The search service (Ctrl-C stops it) ==")

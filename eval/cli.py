@@ -34,6 +34,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "threshold's F1, hubness and the geometry instruments. Writes OUT/report.json, OUT/report.md and "
         "OUT/figures/*.png. Indexes are built under OUT/indexes (or --indexes) when missing and reused after.",
     )
+    add_arguments(p)
+    p.set_defaults(handler=run_eval_command)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `cone eval`; `cone demo` parses its own eval step with them too."""
     p.add_argument("--dataset", default="scifact", help="BEIR dataset folder name (default scifact)")
     p.add_argument("--models", type=_list, default=_list(DEFAULT_MODELS), help=f"default {DEFAULT_MODELS}")
     p.add_argument("--postprocess", type=_list, default=["none"], help="comma list of none,center,whiten,abtt:K")
@@ -48,7 +54,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--no-sts", action="store_true", help="skip STS-B (when the stsb folder is not available)")
     p.add_argument("--json", action="store_true", help="print report.json to stdout")
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(handler=run_eval_command)
 
 
 def run_eval_command(args: argparse.Namespace) -> int:

@@ -72,28 +72,33 @@ def check_models(models: list[str]) -> None:
             raise ConeError(f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)} or st:PATH")
 
 
-def _open_or_build_dense(encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, progress: bool):
-    folder = indexes / store.index_name(model, spec, getattr(encoder, "layer", "last"))
-    fingerprint = data.dataset.fingerprint()
+def _open_or_build(folder: Path, open_it, build):
+    """The index in ``folder`` if it still matches; else (stale weights or corpus, damaged) rebuilt, atomically."""
     if (folder / store.MANIFEST).is_file():
         try:
-            return DenseIndex(folder, encoder, model, fingerprint)
+            return open_it()
         except ConeError:
-            pass  # stale (other weights or corpus) or damaged: rebuilt below, atomically
-    build_dense(encoder, data.dataset, folder, spec, progress=progress)
-    return DenseIndex(folder, encoder, model, fingerprint)
+            pass
+    build()
+    return open_it()
+
+
+def _open_or_build_dense(encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, progress: bool):
+    folder = indexes / store.index_name(model, spec, getattr(encoder, "layer", "last"))
+    return _open_or_build(
+        folder,
+        lambda: DenseIndex(folder, encoder, model, data.dataset.fingerprint()),
+        lambda: build_dense(encoder, data.dataset, folder, spec, progress=progress),
+    )
 
 
 def _open_or_build_bm25(data: EvalData, indexes: Path, progress: bool) -> BM25Index:
     folder = indexes / "bm25"
-    fingerprint = data.dataset.fingerprint()
-    if (folder / store.MANIFEST).is_file():
-        try:
-            return BM25Index(folder, "bm25", fingerprint)
-        except ConeError:
-            pass
-    build_bm25(data.dataset, folder, progress)
-    return BM25Index(folder, "bm25", fingerprint)
+    return _open_or_build(
+        folder,
+        lambda: BM25Index(folder, "bm25", data.dataset.fingerprint()),
+        lambda: build_bm25(data.dataset, folder, progress),
+    )
 
 
 def _run(index, test_ids: list[str], scores: np.ndarray, rows: np.ndarray) -> dict[str, dict[str, float]]:
