@@ -5,20 +5,15 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from tiny import build_tiny_indexes
 
-from data.loaders import load_beir
-from encoders.registry import load_encoder
-from indexing.dense import build_dense
-from indexing.lexical import build_bm25
 from service.app import create_app
 
 
 @pytest.fixture(scope="module")
 def api_schema(shared_tiny_beir, tiny_checkpoints, tmp_path_factory):
     root = tmp_path_factory.mktemp("schema-indexes")
-    ds = load_beir(shared_tiny_beir, "tiny")
-    build_dense(load_encoder("baseline", tiny_checkpoints), ds, root / "baseline", progress=False)
-    build_bm25(ds, root / "bm25", progress=False)
+    build_tiny_indexes(root, shared_tiny_beir, tiny_checkpoints, [("baseline", "none")])
     app = create_app(root, tiny_checkpoints)
     app.state.registry.load()  # the ASGI transport may not run start-up; load here, as start-up would
     return schemathesis.openapi.from_asgi("/openapi.json", app)

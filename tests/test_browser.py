@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from tiny import build_tiny_indexes
 
-from data.loaders import load_beir
-from encoders.registry import load_encoder
-from indexing.dense import build_dense
-from indexing.lexical import build_bm25
 from service.app import create_app
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -48,10 +45,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def served(shared_tiny_beir, tiny_checkpoints, tmp_path_factory):
     root = tmp_path_factory.mktemp("served")
-    ds = load_beir(shared_tiny_beir, "tiny")
-    for name in ("baseline", "regularized"):
-        build_dense(load_encoder(name, tiny_checkpoints), ds, root / name, progress=False)
-    build_bm25(ds, root / "bm25", progress=False)
+    build_tiny_indexes(root, shared_tiny_beir, tiny_checkpoints, [("baseline", "none"), ("regularized", "none")])
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(root, tiny_checkpoints), host="127.0.0.1", port=port, log_level="warning")

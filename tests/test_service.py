@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from tiny import build_tiny_indexes
 
 from data.loaders import load_beir
 from encoders.registry import load_encoder
 from indexing.dense import build_dense
-from indexing.lexical import build_bm25
 from service.app import ADMIN_KEY_ENV, create_app
 from service.schemas import MAX_QUERY_CHARS
 
@@ -19,11 +19,8 @@ from service.schemas import MAX_QUERY_CHARS
 def index_dir(shared_tiny_beir, tiny_checkpoints, tmp_path_factory) -> Path:
     """baseline, baseline-center, regularized, bm25, and 'broken': a baseline index with a truncated FAISS file."""
     root = tmp_path_factory.mktemp("indexes")
-    ds = load_beir(shared_tiny_beir, "tiny")
-    for name, spec in (("baseline", "none"), ("baseline", "center"), ("regularized", "none")):
-        folder = root / (name if spec == "none" else f"{name}-{spec}")
-        build_dense(load_encoder(name, tiny_checkpoints), ds, folder, spec, progress=False)
-    build_bm25(ds, root / "bm25", progress=False)
+    dense = [("baseline", "none"), ("baseline", "center"), ("regularized", "none")]
+    build_tiny_indexes(root, shared_tiny_beir, tiny_checkpoints, dense)
     shutil.copytree(root / "baseline", root / "broken")
     (root / "broken" / "index.faiss").write_bytes(b"not a faiss index")
     return root

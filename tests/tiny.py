@@ -22,3 +22,18 @@ def tiny_cfg(reg: float, tokens: int = 8 * 16 * 24, eval_interval: int = 6) -> T
         bf16=False,
         block_size=16,
     )
+
+
+def build_tiny_indexes(root, beir_root, checkpoints, dense: list[tuple[str, str]]):
+    """Index folders over the tiny BEIR dataset: ``dense`` (model, post-processing) pairs, then bm25."""
+    from data.loaders import load_beir
+    from encoders.registry import load_encoder
+    from indexing import store
+    from indexing.dense import build_dense
+    from indexing.lexical import build_bm25
+
+    ds = load_beir(beir_root, "tiny")
+    for model, spec in dense:
+        build_dense(load_encoder(model, checkpoints), ds, root / store.index_name(model, spec), spec, progress=False)
+    build_bm25(ds, root / "bm25", progress=False)
+    return root
