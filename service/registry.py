@@ -14,9 +14,13 @@ import numpy as np
 
 from cone.errors import ConeError
 from encoders.base import ModelUnavailable
-from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS, load_encoder
+from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS, missing
 from indexing import store
 from indexing.open import open_index
+
+# The spread covers the whole corpus up to this size (all of SciFact); beyond it, a search with k = corpus size
+# would cost every query a full scan, so the spread is that of the highest-scoring SPREAD_DOCS documents.
+SPREAD_DOCS = 10_000
 
 
 @dataclass
@@ -34,29 +38,34 @@ class Entry:
         return self.index is not None
 
     def search(self, query: str, k: int) -> tuple[list[dict], dict[str, float]]:
-        """Top-k hits and this query's score spread over every document the index returns."""
+        """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns."""
         with self.lock:
-            scores, rows = self.index.search([query], len(self.index.docs))
+            scores, rows = self.index.search([query], max(k, min(len(self.index.docs), SPREAD_DOCS)))
         valid = rows[0] >= 0
         scores, rows = scores[0][valid], rows[0][valid]
         hits = [
             {**self.index.docs[int(r)], "rank": rank, "score": float(s)}
             for rank, (s, r) in enumerate(zip(scores[:k], rows[:k], strict=True), start=1)
         ]
-        spread = {"min": float(scores.min()), "median": float(np.median(scores)), "max": float(scores.max())}
+        spread = {
+            "min": float(scores.min()),
+            "median": float(np.median(scores)),
+            "max": float(scores.max()),
+            "n": int(len(scores)),
+        }
         return hits, spread
 
 
 def _unavailable_model(name: str, folder: Path, checkpoints: Path) -> Entry:
-    reason = f"no index for {name!r} in {folder} (build it with `cone index --model {name} --out {folder}`)"
-    if name != "bm25":
-        try:
-            load_encoder(name, checkpoints)
-        except ModelUnavailable as exc:
-            reason = f"{exc.reason} (to make it available: {exc.fix})"
-        except ConeError as exc:
-            reason = str(exc)
-    return Entry(name, None, reason=reason)
+    # Only the files are looked at: loading an encoder to explain a missing index would cost start-up time.
+    absent = missing(name, checkpoints)
+    if absent is not None:
+        return Entry(name, None, reason=f"{absent.reason} (to make it available: {absent.fix})")
+    return Entry(
+        name,
+        None,
+        reason=f"no index for {name!r} in {folder} (build it with `cone index --model {name} --out {folder}`)",
+    )
 
 
 def load_entries(folder: Path, checkpoints: Path = REFERENCE_CHECKPOINTS) -> dict[str, Entry]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
+from service.registry import SPREAD_DOCS
+
 MAX_QUERY_CHARS = 1000
 MAX_K = 100
 
@@ -33,11 +35,14 @@ class Hit(BaseModel):
 
 
 class Spread(BaseModel):
-    """This query's scores over the whole corpus: in a cone, min and max nearly meet."""
+    """This query's scores over the corpus: in a cone, min and max nearly meet."""
 
     min: float
     median: float
     max: float
+    n: int = Field(
+        description=f"documents it covers: the whole corpus up to {SPREAD_DOCS:,}, else the top {SPREAD_DOCS:,}"
+    )
 
 
 class SearchResponse(BaseModel):

@@ -9,7 +9,7 @@ from cone.cli import main
 from cone.errors import ConeError
 from data.loaders import load_beir, load_sts
 from encoders.base import ModelUnavailable
-from encoders.registry import load_encoder
+from encoders.registry import load_encoder, missing
 from encoders.st import ROBERTA_PATH_ENV, roberta
 from indexing import postprocess as pp
 from indexing import store
@@ -83,6 +83,17 @@ def test_roberta_absent_is_unavailable_with_reason_and_fix(monkeypatch, tmp_path
     with pytest.raises(ModelUnavailable) as exc:
         roberta()
     assert exc.value.reason and "huggingface-cli download" in exc.value.fix
+
+
+def test_missing_weights_are_told_from_the_files_alone(tiny_roberta_dir, tiny_checkpoints, tmp_path, monkeypatch):
+    monkeypatch.setattr("encoders.registry.load_encoder", lambda *a, **k: pytest.fail("missing() loaded a model"))
+    monkeypatch.setenv(ROBERTA_PATH_ENV, str(tmp_path / "no-such-model"))
+    assert "no config.json" in missing("roberta").reason
+    monkeypatch.setenv(ROBERTA_PATH_ENV, str(tiny_roberta_dir))
+    assert missing("roberta") is None and missing("minilm") is None and missing("bm25") is None
+    assert missing("baseline", tiny_checkpoints) is None
+    absent = missing("baseline", tmp_path)
+    assert "no checkpoint" in absent.reason and absent.fix.endswith("--reg-cos 0")
 
 
 def test_cli_skips_unavailable_model(tiny_beir, tmp_path, monkeypatch, capsys):

@@ -58,6 +58,15 @@ def test_search_get_and_post_agree_and_rank_by_score(client):
     assert [h["doc_id"] for h in posted["hits"]] == [h["doc_id"] for h in body["hits"]]
 
 
+def test_spread_covers_the_whole_corpus_up_to_its_cap(client, monkeypatch):
+    params = {"model": "baseline", "q": "cell protein expression", "k": 5}
+    whole = client.get("/search", params=params).json()["spread"]
+    assert whole["n"] == 40
+    monkeypatch.setattr("service.registry.SPREAD_DOCS", 8)
+    capped = client.get("/search", params=params).json()["spread"]
+    assert capped["n"] == 8 and capped["max"] == pytest.approx(whole["max"]) and capped["min"] > whole["min"]
+
+
 def test_bm25_search_finds_the_document_a_query_was_cut_from(client, shared_tiny_beir):
     ds = load_beir(shared_tiny_beir, "tiny")
     hits = client.get("/search", params={"model": "bm25", "q": ds.queries["q3"], "k": 3}).json()["hits"]
