@@ -14,7 +14,6 @@ import argparse
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,28 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from cone.errors import ConeError
 from data.loaders import data_dir, load_beir
 from encoders.registry import REFERENCE_CHECKPOINTS
+from service.local import free_port, wait_ready
 from service.registry import load_entries
 
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/readyz", timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"service at {url} not ready after {timeout:.0f} s")
 
 
 def lua_script(model: str, queries: list[str]) -> str:
@@ -136,6 +120,8 @@ def main() -> None:
         script = Path(handle.name)
         single = run_wrk(url, script, 1, min(10, args.seconds))
         loaded = run_wrk(url, script, args.connections, args.seconds)
+    except ConeError as exc:
+        raise SystemExit(str(exc)) from None
     finally:
         server.terminate()
         server.wait(30)

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,6 +11,7 @@ import uvicorn
 from tiny import build_tiny_indexes
 
 from service.app import create_app
+from service.local import free_port, wait_ready
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
@@ -28,34 +26,18 @@ FLAGS = [
 ]
 
 
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/readyz", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(shared_tiny_beir, tiny_checkpoints, tmp_path_factory):
     root = tmp_path_factory.mktemp("served")
     build_tiny_indexes(root, shared_tiny_beir, tiny_checkpoints, [("baseline", "none"), ("regularized", "none")])
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(root, tiny_checkpoints), host="127.0.0.1", port=port, log_level="warning")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not _ready(url) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_ready(url, timeout=60)
     yield url
     server.should_exit = True
     thread.join(10)

@@ -1,0 +1,29 @@
+"""Starting a service on this machine from code: a free loopback port, and waiting for /readyz."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+
+from cone.errors import ConeError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, timeout: float = 300) -> None:
+    """Poll ``url``/readyz until it answers 200 (every index loaded); ConeError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:  # not listening yet, or 503 while the indexes load
+            pass
+        time.sleep(0.1)
+    raise ConeError(f"service at {url} not ready after {timeout:.0f} s")
