@@ -22,7 +22,7 @@ def test_checkpoints_are_small_tied_and_differ_only_in_the_regularizer():
     assert base["model"] == reg["model"] and base["model"]["vocab_size"] == 16392 and base["model"]["n_embd"] == 256
     differ = {k for k in base["train"] if base["train"][k] != reg["train"][k]}
     assert differ == {"reg_cos"} and base["train"]["reg_cos"] == 0 and reg["train"]["reg_cos"] > 0
-    assert base["tokens_seen"] == reg["tokens_seen"] > 3_990_000
+    assert base["tokens_seen"] == reg["tokens_seen"] >= 4_000_000  # the floor
     for path in (BASE, REG):
         assert (path / WEIGHTS).stat().st_size < 20 * 2**20
         model, tokenizer, _ = load_checkpoint(path)
