@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, Field, field_validator
 
 from service.registry import SPREAD_DOCS
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 100
+# "Not only white space" in the OpenAPI schema, with white space spelled out as ECMA-262 (the schema's regex
+# dialect) defines it: Python's \s also counts \x1c-\x1f and \x85, so the two would disagree on "\x1e".
+ECMA_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+NOT_BLANK = f"[^{ECMA_WHITESPACE}]"
 
 
 class SearchQuery(BaseModel):
-    q: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, description=f"query text, 1..{MAX_QUERY_CHARS} chars")
+    q: str = Field(
+        min_length=1,
+        max_length=MAX_QUERY_CHARS,
+        pattern=NOT_BLANK,
+        description=f"query text, 1..{MAX_QUERY_CHARS} chars, not only white space",
+    )
     k: int = Field(10, ge=1, le=MAX_K, description=f"number of hits, 1..{MAX_K}")
 
-    @field_validator("q")
+    @field_validator("q", mode="before")  # before the pattern, so a blank query gets this message
     @classmethod
-    def not_blank(cls, value: str) -> str:
-        if not value.strip():
+    def not_blank(cls, value: object) -> object:
+        if isinstance(value, str) and value and not re.search(NOT_BLANK, value):
             raise ValueError("query must not be empty or whitespace")
         return value
 
