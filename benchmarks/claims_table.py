@@ -7,16 +7,11 @@ line of each checkpoint's train_log.jsonl; the reference column is the study bei
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from models.analysis import checkpoint_report
-
-
-def last_val_loss(path: Path) -> float:
-    records = [json.loads(line) for line in (path / "train_log.jsonl").read_text().splitlines() if line.strip()]
-    return next(r["val_loss"] for r in reversed(records) if r.get("val_loss") is not None)
+from models.checkpoint import read_log
 
 
 def rows(base: dict, reg: dict) -> list[tuple[str, str, str, str]]:
@@ -88,7 +83,7 @@ def rows(base: dict, reg: dict) -> list[tuple[str, str, str, str]]:
 
 
 def report(path: Path) -> dict:
-    return {**checkpoint_report(path), "val_loss": last_val_loss(path)}
+    return {**checkpoint_report(path), "val_loss": read_log(path)[-1]["val_loss"]}
 
 
 def main() -> None:

@@ -5,13 +5,14 @@ Usage: python benchmarks/sweep_table.py SWEEP_DIR   (the folder reg_cos_sweep.sh
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from models.checkpoint import read_log
+
 
 def final_record(run: Path) -> dict:
-    return json.loads((run / "train_log.jsonl").read_text().splitlines()[-1])
+    return read_log(run)[-1]
 
 
 def main() -> None:

@@ -5,11 +5,12 @@ Usage: python benchmarks/training_curves.py OUT.png CHECKPOINT [CHECKPOINT ...]
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from matplotlib.figure import Figure
+
+from models.checkpoint import read_log
 
 
 def main() -> None:
@@ -17,7 +18,7 @@ def main() -> None:
     fig = Figure(figsize=(10, 3.4))
     axes = fig.subplots(1, 3)
     for run in runs:
-        log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+        log = read_log(run)
         tokens = [r["tokens"] / 1e6 for r in log]
         for ax, key in zip(axes, ("val_loss", "anisotropy", "effective_rank"), strict=True):
             ax.plot(tokens, [r[key] for r in log], label=run.name)

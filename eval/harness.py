@@ -217,7 +217,7 @@ def run_eval(
             try:
                 encoder = load_encoder(model, checkpoints, lm_layer if model in LM_MODELS else "last")
             except ModelUnavailable as exc:
-                reason = f"{exc.reason} (to make it available: {exc.fix})"
+                reason = exc.explanation
                 found = [_result(model, spec, None, reason=reason) for spec in specs]
             else:
                 found = evaluate_dense(encoder, model, specs, data, indexes, progress)

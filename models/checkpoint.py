@@ -24,6 +24,13 @@ CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
 TOKEN_COUNTS = "token_counts.safetensors"
 LOG = "train_log.jsonl"
+
+
+def read_log(path: Path) -> list[dict]:
+    """The records ``cone train`` appended to ``path``/train_log.jsonl, one per evaluation step."""
+    return [json.loads(line) for line in (Path(path) / LOG).read_text().splitlines() if line.strip()]
+
+
 RESUME = "resume.pt"
 
 

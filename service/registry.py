@@ -60,7 +60,7 @@ def _unavailable_model(name: str, folder: Path, checkpoints: Path) -> Entry:
     # Only the files are looked at: loading an encoder to explain a missing index would cost start-up time.
     absent = missing(name, checkpoints)
     if absent is not None:
-        return Entry(name, None, reason=f"{absent.reason} (to make it available: {absent.fix})")
+        return Entry(name, None, reason=absent.explanation)
     return Entry(
         name,
         None,
@@ -81,7 +81,7 @@ def load_entries(folder: Path, checkpoints: Path = REFERENCE_CHECKPOINTS) -> dic
             lock = locks.setdefault(id(getattr(index, "encoder", index)), threading.Lock())
             entries[path.name] = Entry(path.name, manifest, index=index, lock=lock)
         except ModelUnavailable as exc:
-            entries[path.name] = Entry(path.name, manifest, reason=f"{exc.reason} (to make it available: {exc.fix})")
+            entries[path.name] = Entry(path.name, manifest, reason=exc.explanation)
         except ConeError as exc:
             entries[path.name] = Entry(path.name, manifest, reason=str(exc))
     built = {e.manifest["model"] for e in entries.values() if e.manifest}
