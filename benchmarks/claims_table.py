@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from models.analysis import checkpoint_report
-from models.checkpoint import read_log
+from cone.models.analysis import checkpoint_report
+from cone.models.checkpoint import read_log
 
 
 def rows(base: dict, reg: dict) -> list[tuple[str, str, str, str]]:

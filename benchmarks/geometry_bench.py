@@ -28,7 +28,7 @@ def gaussian_rows(n: int, seed: int = 0) -> np.ndarray:
 
 
 def run_one(n: int) -> dict:
-    from geometry import instruments as g
+    from cone.geometry import instruments as g
 
     x = gaussian_rows(n)
     timings: dict[str, float] = {}

@@ -12,9 +12,9 @@ import time
 import faiss
 import numpy as np
 
-from data.loaders import data_dir, load_beir
-from encoders.registry import load_encoder
-from indexing.dense import build_faiss, doc_text
+from cone.data.loaders import data_dir, doc_text, load_beir
+from cone.encoders.registry import load_encoder
+from cone.indexing.dense import build_faiss
 
 
 def docs_per_s(fn, texts: list[str]) -> float:

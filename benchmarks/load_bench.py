@@ -24,11 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from cone.data.loaders import data_dir, load_beir
 from cone.errors import ConeError
-from data.loaders import data_dir, load_beir
-from encoders.registry import REFERENCE_CHECKPOINTS
-from service.local import free_port, wait_ready
-from service.registry import load_entries
+from cone.service.registry import load_entries
+
+# The loopback helpers live with the tests (they are not part of the installed package).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from local_service import free_port, wait_ready  # noqa: E402
 
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
@@ -66,7 +68,7 @@ def run_wrk(url: str, script: Path, connections: int, seconds: int) -> dict:
     return parse_wrk(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
 
 
-def in_process_ms(indexes: Path, checkpoints: Path, model: str, queries: list[str]) -> float:
+def in_process_ms(indexes: Path, checkpoints: Path | None, model: str, queries: list[str]) -> float:
     entry = load_entries(indexes, checkpoints)[model]
     if not entry.available:
         raise SystemExit(f"model {model!r} unavailable: {entry.reason}")
@@ -84,7 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--indexes", type=Path, required=True)
     parser.add_argument("--model", default="minilm")
-    parser.add_argument("--checkpoints", type=Path, default=REFERENCE_CHECKPOINTS)
+    parser.add_argument("--checkpoints", type=Path, default=None, help="default: $CONE_CHECKPOINTS or the shipped ones")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--dataset", default="scifact")
     parser.add_argument("--seconds", type=int, default=30)
@@ -99,18 +101,8 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cone",
-            "serve",
-            "--indexes",
-            str(args.indexes),
-            "--port",
-            str(port),
-            "--checkpoints",
-            str(args.checkpoints),
-        ],
+        [sys.executable, "-m", "cone", "serve", "--indexes", str(args.indexes), "--port", str(port)]
+        + (["--checkpoints", str(args.checkpoints)] if args.checkpoints else []),
         stdout=subprocess.DEVNULL,
     )
     try:
@@ -120,7 +112,7 @@ def main() -> None:
         script = Path(handle.name)
         single = run_wrk(url, script, 1, min(10, args.seconds))
         loaded = run_wrk(url, script, args.connections, args.seconds)
-    except ConeError as exc:
+    except (ConeError, TimeoutError) as exc:
         raise SystemExit(str(exc)) from None
     finally:
         server.terminate()

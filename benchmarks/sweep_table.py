@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from models.checkpoint import read_log
+from cone.models.checkpoint import read_log
 
 
 def final_record(run: Path) -> dict:

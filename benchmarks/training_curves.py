@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from models.checkpoint import read_log
+from cone.models.checkpoint import read_log
 
 
 def main() -> None:

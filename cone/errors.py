@@ -1,5 +1,50 @@
-"""The one error type the command line turns into a single line on stderr."""
+"""The one error hierarchy. Libraries raise these; ``cone``'s ``main`` turns one into a single line on
+stderr and its ``exit_code`` (the codes are listed in ``cone --help``)."""
+
+from __future__ import annotations
 
 
 class ConeError(Exception):
-    """A user-facing failure: bad input, missing file, mismatched checkpoint. No traceback."""
+    """A user-facing failure, reported as one line without a traceback."""
+
+    exit_code = 2
+    label = "error"  # cone: <label>: <message>
+
+
+class InputError(ConeError):
+    """What the user gave cannot be used: an argument, a file, a dataset, an array (wrong shape, NaN, ...)."""
+
+
+class DamagedIndex(ConeError):
+    """An index folder that cannot serve as it is: damaged files, or built by other weights or on another
+    corpus. Rebuilding it (``cone index``; ``cone eval`` does so by itself) is the fix."""
+
+
+class ModelUnavailable(ConeError):
+    """The model's weights are not here. Carries the reason and the command that fixes it."""
+
+    exit_code = 3
+
+    def __init__(self, name: str, reason: str, fix: str) -> None:
+        self.name, self.reason, self.fix = name, reason, fix
+        super().__init__(f"model {name!r} unavailable: {self.explanation}")
+
+    @property
+    def explanation(self) -> str:
+        """The reason and its fix, in one line."""
+        return f"{self.reason} (to make it available: {self.fix})"
+
+
+class Interrupted(ConeError):
+    """Ctrl-C, after whatever could be saved was saved; the message says what was kept."""
+
+    exit_code = 130
+    label = "interrupted"
+
+
+EXIT_CODES = {
+    0: "success",
+    InputError.exit_code: "bad input: an argument, file, dataset or index that cannot be used",
+    ModelUnavailable.exit_code: "a model's weights are not on this machine (the message says how to get them)",
+    Interrupted.exit_code: "interrupted (Ctrl-C)",
+}

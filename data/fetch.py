@@ -1,4 +1,4 @@
-"""``cone data fetch``: download the benchmarks from their canonical public sources.
+"""Download the benchmarks from their canonical public sources (``cone data fetch``).
 
 The development machines have no route to these hosts; there the data comes from
 ../shared/datasets through --data-dir. This command is for users with internet access.
@@ -6,7 +6,6 @@ The development machines have no route to these hosts; there the data comes from
 
 from __future__ import annotations
 
-import argparse
 import csv
 import gzip
 import io
@@ -19,8 +18,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from cone.errors import ConeError
-from data.loaders import add_data_dir_option, data_dir
+from cone.errors import ConeError, InputError
 
 SOURCES = {
     "scifact": "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/scifact.zip",
@@ -71,23 +69,10 @@ def install_stsb(payload: bytes, root: Path) -> Path:
     return target
 
 
-def register(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser(
-        "data",
-        help="download the benchmark datasets",
-        description="Download the benchmark datasets from their canonical sources.",
-    )
-    sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
-    fetch = sub.add_parser("fetch", help="download scifact (BEIR) or stsb into the data dir")
-    fetch.add_argument("dataset", choices=sorted(SOURCES))
-    add_data_dir_option(fetch, "target folder")
-    fetch.set_defaults(handler=run_fetch)
-
-
-def run_fetch(args: argparse.Namespace) -> int:
-    root = data_dir(args.data_dir)
+def fetch(dataset: str, root: Path) -> Path:
+    """Download ``dataset`` (scifact or stsb) into ``root``; returns the folder written."""
+    if dataset not in SOURCES:
+        raise InputError(f"unknown dataset {dataset!r}; choose from {', '.join(sorted(SOURCES))}")
     root.mkdir(parents=True, exist_ok=True)
-    payload = download(SOURCES[args.dataset])
-    install = install_scifact if args.dataset == "scifact" else install_stsb
-    print(f"{args.dataset} written to {install(payload, root)}")
-    return 0
+    payload = download(SOURCES[dataset])
+    return (install_scifact if dataset == "scifact" else install_stsb)(payload, root)

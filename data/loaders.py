@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cone.errors import ConeError
+from cone.errors import InputError
 
 DATA_DIR_ENV = "CONE_DATA_DIR"
 DEFAULT_DATA_DIR = Path("../shared/datasets")
@@ -20,11 +20,9 @@ DEFAULT_DATA_DIR = Path("../shared/datasets")
 Corpus = dict[str, dict[str, str]]  # doc id -> {"title": ..., "text": ...}
 
 
-def add_data_dir_option(parser, what: str = "datasets folder") -> None:
-    """The --data-dir option every command that reads datasets shares."""
-    parser.add_argument(
-        "--data-dir", type=Path, default=None, help=f"{what} (default ${DATA_DIR_ENV} or ../shared/datasets)"
-    )
+def doc_text(doc: dict[str, str]) -> str:
+    """The text a model sees of a corpus document: title, then body."""
+    return f"{doc['title']} {doc['text']}".strip()
 
 
 def data_dir(explicit: Path | None = None) -> Path:
@@ -53,7 +51,7 @@ class RetrievalDataset:
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
     """JSON objects, one per non-blank line; a malformed line is an error naming the file and line."""
     if not path.is_file():
-        raise ConeError(f"{path}: not found (fetch it with `cone data fetch` or pass --data-dir)")
+        raise InputError(f"{path}: not found (fetch it with `cone data fetch` or pass --data-dir)")
     records = []
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
@@ -62,21 +60,21 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ConeError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+                raise InputError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
             if not isinstance(record, dict) or any(k not in record for k in required):
-                raise ConeError(f"{path}:{number}: expected a JSON object with {', '.join(required)}")
+                raise InputError(f"{path}:{number}: expected a JSON object with {', '.join(required)}")
             records.append(record)
     return records
 
 
 def _qrels(path: Path) -> dict[str, dict[str, int]]:
     if not path.is_file():
-        raise ConeError(f"{path}: not found")
+        raise InputError(f"{path}: not found")
     qrels: dict[str, dict[str, int]] = {}
     with path.open(encoding="utf-8") as handle:
         header = handle.readline().strip().split("\t")
         if header[:2] != ["query-id", "corpus-id"]:
-            raise ConeError(f"{path}:1: expected the header 'query-id<TAB>corpus-id<TAB>score'")
+            raise InputError(f"{path}:1: expected the header 'query-id<TAB>corpus-id<TAB>score'")
         for number, line in enumerate(handle, start=2):
             if not line.strip():
                 continue
@@ -84,7 +82,7 @@ def _qrels(path: Path) -> dict[str, dict[str, int]]:
             try:
                 qid, did, score = parts[0], parts[1], int(parts[2])
             except (IndexError, ValueError):
-                raise ConeError(f"{path}:{number}: expected query-id, corpus-id and an integer score") from None
+                raise InputError(f"{path}:{number}: expected query-id, corpus-id and an integer score") from None
             qrels.setdefault(qid, {})[did] = score
     return qrels
 
@@ -93,7 +91,7 @@ def load_beir(root: Path, name: str = "scifact", split: str = "test") -> Retriev
     """A BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/{split}.tsv."""
     folder = Path(root) / name
     if not folder.is_dir():
-        raise ConeError(f"dataset {name!r} not found under {root} (run `cone data fetch {name} --data-dir {root}`)")
+        raise InputError(f"dataset {name!r} not found under {root} (run `cone data fetch {name} --data-dir {root}`)")
     corpus = {
         str(r["_id"]): {"title": str(r.get("title") or ""), "text": str(r["text"])}
         for r in read_jsonl(folder / "corpus.jsonl", ("_id", "text"))
@@ -115,20 +113,20 @@ def load_sts(path: Path) -> StsPairs:
     """A CSV with header sentence1,sentence2,score (STS-B as in ../shared/datasets/stsb)."""
     path = Path(path)
     if not path.is_file():
-        raise ConeError(f"{path}: not found (fetch it with `cone data fetch stsb` or pass --data-dir)")
+        raise InputError(f"{path}: not found (fetch it with `cone data fetch stsb` or pass --data-dir)")
     pairs = StsPairs([], [], [])
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle)
         if next(reader, None) != ["sentence1", "sentence2", "score"]:
-            raise ConeError(f"{path}:1: expected the header sentence1,sentence2,score")
+            raise InputError(f"{path}:1: expected the header sentence1,sentence2,score")
         for number, row in enumerate(reader, start=2):
             try:
                 s1, s2, score = row
                 pairs.scores.append(float(score))
             except ValueError:
-                raise ConeError(f"{path}:{number}: expected sentence1,sentence2,numeric score") from None
+                raise InputError(f"{path}:{number}: expected sentence1,sentence2,numeric score") from None
             pairs.sentence1.append(s1)
             pairs.sentence2.append(s2)
     if not pairs.scores:
-        raise ConeError(f"{path}: no pairs")
+        raise InputError(f"{path}: no pairs")
     return pairs

@@ -1,6 +1,6 @@
 """Every model behind one interface: text in, (N, d) float32 vectors out."""
 
-from encoders.base import Encoder, ModelUnavailable
-from encoders.registry import MODEL_NAMES, load_encoder
+from cone.encoders.base import Encoder
+from cone.encoders.registry import LM_MODELS, MODEL_NAMES, load_encoder, missing
 
-__all__ = ["Encoder", "MODEL_NAMES", "ModelUnavailable", "load_encoder"]
+__all__ = ["Encoder", "LM_MODELS", "MODEL_NAMES", "load_encoder", "missing"]

@@ -9,19 +9,6 @@ from typing import Protocol
 import numpy as np
 
 
-class ModelUnavailable(Exception):
-    """The model's weights are not here. Carries the reason and the command that fixes it."""
-
-    def __init__(self, name: str, reason: str, fix: str) -> None:
-        self.name, self.reason, self.fix = name, reason, fix
-        super().__init__(f"model {name!r} unavailable: {self.explanation}")
-
-    @property
-    def explanation(self) -> str:
-        """The reason and its fix, in one line."""
-        return f"{self.reason} (to make it available: {self.fix})"
-
-
 class Encoder(Protocol):
     name: str
     dim: int

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from encoders.base import files_fingerprint
-from models.checkpoint import WEIGHTS, load_checkpoint
+from cone.encoders.base import files_fingerprint
+from cone.models.checkpoint import WEIGHTS, load_checkpoint
 
 
 class LMEncoder:

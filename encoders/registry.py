@@ -1,36 +1,31 @@
-"""Model names -> encoders. ``bm25`` is lexical and lives in ``indexing.lexical``."""
+"""Model names -> encoders. ``bm25`` is lexical and lives in ``cone.indexing.lexical``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cone.errors import ConeError
-from encoders.base import Encoder, ModelUnavailable
+from cone.encoders.base import Encoder
+from cone.errors import InputError, ModelUnavailable
+from cone.models.checkpoint import REFERENCE_MODELS, checkpoints_dir
 
-REFERENCE_CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
-LM_MODELS = ("baseline", "regularized")
+LM_MODELS = REFERENCE_MODELS
 MODEL_NAMES = (*LM_MODELS, "roberta", "minilm", "bm25")
 
 
-def add_checkpoints_option(parser) -> None:
-    """The --checkpoints option of every command that may load the project's language models."""
-    parser.add_argument(
-        "--checkpoints",
-        type=Path,
-        default=REFERENCE_CHECKPOINTS,
-        help="folder holding the baseline/ and regularized/ checkpoints (default: the committed ones)",
-    )
+def check_model_name(spec: str) -> None:
+    if spec not in MODEL_NAMES and not spec.startswith("st:"):
+        raise InputError(f"unknown model {spec!r}; choose from {', '.join(MODEL_NAMES)} or st:PATH")
 
 
-def _checkpoint_missing(spec: str, checkpoints: Path) -> ModelUnavailable | None:
-    path = Path(checkpoints) / spec
+def _checkpoint_missing(spec: str, checkpoints: Path | None) -> ModelUnavailable | None:
+    path = checkpoints_dir(checkpoints) / spec
     if (path / "config.json").is_file():
         return None
     fix = f"cone train --out {path}" + (" --reg-cos 0" if spec == "baseline" else "")
     return ModelUnavailable(spec, f"no checkpoint at {path}", fix)
 
 
-def missing(spec: str, checkpoints: Path = REFERENCE_CHECKPOINTS) -> ModelUnavailable | None:
+def missing(spec: str, checkpoints: Path | None = None) -> ModelUnavailable | None:
     """Why a named model's weights are absent, from its files alone (nothing loaded); None if they look present.
 
     A model that passes may still fail to load (e.g. corrupt weights); ``load_encoder`` says so then.
@@ -38,36 +33,40 @@ def missing(spec: str, checkpoints: Path = REFERENCE_CHECKPOINTS) -> ModelUnavai
     if spec in LM_MODELS:
         return _checkpoint_missing(spec, checkpoints)
     if spec == "roberta":
-        from encoders.st import roberta_missing
+        from cone.encoders.st import roberta_missing
 
         return roberta_missing()
     if spec == "minilm":
-        from encoders.st import minilm_missing
+        from cone.encoders.st import minilm_missing
 
         return minilm_missing()
     return None
 
 
-def load_encoder(spec: str, checkpoints: Path = REFERENCE_CHECKPOINTS, layer: str | int = "last") -> Encoder:
-    """baseline | regularized | roberta | minilm | st:PATH. Raises ModelUnavailable, never substitutes."""
+def load_encoder(spec: str, checkpoints: Path | None = None, layer: str | int = "last") -> Encoder:
+    """baseline | regularized | roberta | minilm | st:PATH. Raises ModelUnavailable, never substitutes.
+
+    ``checkpoints``: the folder of the LMs (default ``checkpoints_dir()``: $CONE_CHECKPOINTS or the shipped ones).
+    """
+    check_model_name(spec)
     if spec in LM_MODELS:
-        from encoders.lm import LMEncoder
+        from cone.encoders.lm import LMEncoder
 
         if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
             raise absent
-        return LMEncoder(spec, Path(checkpoints) / spec, layer)
+        return LMEncoder(spec, checkpoints_dir(checkpoints) / spec, layer)
     if layer != "last":
-        raise ConeError(f"--layer applies only to {', '.join(LM_MODELS)}")
+        raise InputError(f"--layer applies only to {', '.join(LM_MODELS)}")
     if spec == "roberta":
-        from encoders.st import roberta
+        from cone.encoders.st import roberta
 
         return roberta()
     if spec == "minilm":
-        from encoders.st import minilm
+        from cone.encoders.st import minilm
 
         return minilm()
-    if spec.startswith("st:"):
-        from encoders.st import sentence_transformer_dir
+    if spec == "bm25":
+        raise InputError("bm25 is a lexical index, not an encoder")
+    from cone.encoders.st import sentence_transformer_dir
 
-        return sentence_transformer_dir(spec, Path(spec[3:]))
-    raise ConeError(f"unknown model {spec!r}; choose from {', '.join(MODEL_NAMES)} or st:PATH")
+    return sentence_transformer_dir(spec, Path(spec[3:]))

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from encoders.base import ModelUnavailable, files_fingerprint
+from cone.encoders.base import files_fingerprint
+from cone.errors import ModelUnavailable
+
+# Nothing may be downloaded at run time: a missing model must fail fast, not hang or fetch. Passed to every
+# load (instead of setting HF_HUB_OFFLINE for the whole process).
+LOCAL_ONLY = {"local_files_only": True}
 
 ROBERTA_HF_NAME = "roberta-base"
 ROBERTA_PATH_ENV = "CONE_ROBERTA_PATH"
@@ -36,20 +41,15 @@ class SentenceTransformerEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-def _offline() -> None:
-    # Nothing may be downloaded at run time: a missing model must fail fast, not hang.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
 def mean_pooling_of(name: str, name_or_path: str, fix: str) -> SentenceTransformerEncoder:
     """Transformer(name_or_path) + mean Pooling, from a directory or the local HF cache only."""
-    _offline()
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
     try:
-        transformer = Transformer(name_or_path)
+        transformer = Transformer(
+            name_or_path, model_kwargs=LOCAL_ONLY, processor_kwargs=LOCAL_ONLY, config_kwargs=LOCAL_ONLY
+        )
     except (OSError, ValueError) as exc:
         reason = str(exc).splitlines()[0][:200]
         raise ModelUnavailable(name, f"cannot load {name_or_path!r}: {reason}", fix) from None
@@ -84,7 +84,6 @@ def roberta_missing() -> ModelUnavailable | None:
 
 def sentence_transformer_dir(name: str, path: Path) -> SentenceTransformerEncoder:
     """A saved sentence-transformers model directory, with its own modules (pooling, normalize)."""
-    _offline()
     from sentence_transformers import SentenceTransformer
 
     path = Path(path)
@@ -94,7 +93,7 @@ def sentence_transformer_dir(name: str, path: Path) -> SentenceTransformerEncode
             f"{path} is not a sentence-transformers model directory",
             "pass st:DIR with a directory saved by SentenceTransformer.save()",
         )
-    model = SentenceTransformer(str(path), device="cpu")
+    model = SentenceTransformer(str(path), device="cpu", **LOCAL_ONLY)
     return SentenceTransformerEncoder(name, model, files_fingerprint(_weight_files(path)))
 
 

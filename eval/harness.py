@@ -6,26 +6,29 @@ missing, reused when their manifest still matches), so the eval measures exactly
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from cone.errors import ConeError
-from data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
-from encoders.base import Encoder, ModelUnavailable
-from encoders.registry import LM_MODELS, MODEL_NAMES, REFERENCE_CHECKPOINTS, load_encoder
-from eval import metrics
-from geometry import pair_cosines, spread
-from indexing import postprocess as pp
-from indexing import store
-from indexing.dense import DenseIndex, build_dense
-from indexing.lexical import BM25Index, build_bm25
+from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
+from cone.encoders.base import Encoder
+from cone.encoders.registry import LM_MODELS, check_model_name, load_encoder
+from cone.errors import DamagedIndex, InputError, ModelUnavailable
+from cone.eval import metrics
+from cone.eval.results import GEOMETRY_KEYS, CosineSamples, EvalResult
+from cone.geometry import pair_cosines, spread
+from cone.indexing import postprocess as pp
+from cone.indexing import store
+from cone.indexing.dense import build_dense
+from cone.indexing.index import Index, VectorIndex
+from cone.indexing.lexical import build_bm25
+from cone.indexing.open import open_index
 
 RETRIEVE_K = 100
 RANDOM_PAIRS = 20_000
 QUICK_QUERIES, QUICK_DOCS, QUICK_STS_PAIRS = 50, 1000, 200
-GEOMETRY_KEYS = ("anisotropy", "decorrelation", "effective_rank", "sigreg", "sigreg_x_floor", "uniformity")
 
 
 @dataclass
@@ -59,59 +62,53 @@ def quick_subset(ds: RetrievalDataset, sts: StsPairs | None) -> tuple[RetrievalD
 def load_eval_data(root: Path, name: str, quick: bool = False, with_sts: bool = True) -> EvalData:
     dataset = load_beir(root, name)
     if not dataset.qrels:
-        raise ConeError(f"dataset {name!r} under {root} has no test qrels to evaluate against")
+        raise InputError(f"dataset {name!r} under {root} has no test qrels to evaluate against")
     sts = load_sts(Path(root) / "stsb" / "test.csv") if with_sts else None
     if quick:
         dataset, sts = quick_subset(dataset, sts)
     return EvalData(dataset, sts, quick)
 
 
-def check_models(models: list[str]) -> None:
-    for model in models:
-        if model not in MODEL_NAMES and not model.startswith("st:"):
-            raise ConeError(f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)} or st:PATH")
-
-
-def _open_or_build(folder: Path, open_it, build):
+def _open_or_build(folder: Path, open_it: Callable[[], Index], build: Callable[[], Path]) -> Index:
     """The index in ``folder`` if it still matches; else (stale weights or corpus, damaged) rebuilt, atomically."""
     if (folder / store.MANIFEST).is_file():
         try:
             return open_it()
-        except ConeError:
+        except DamagedIndex:
             pass
     build()
     return open_it()
 
 
-def _open_or_build_dense(encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, progress: bool):
-    folder = indexes / store.index_name(model, spec, getattr(encoder, "layer", "last"))
+def _open_or_build_dense(
+    encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, progress: bool
+) -> VectorIndex:
+    layer = getattr(encoder, "layer", "last")
+    folder = indexes / store.index_name(model, spec, layer)
     return _open_or_build(
         folder,
-        lambda: DenseIndex(folder, encoder, model, data.dataset.fingerprint()),
+        lambda: open_index(
+            folder, model=model, corpus_fingerprint=data.dataset.fingerprint(), encoders={(model, layer): encoder}
+        ),
         lambda: build_dense(encoder, data.dataset, folder, spec, progress=progress),
     )
 
 
-def _open_or_build_bm25(data: EvalData, indexes: Path, progress: bool) -> BM25Index:
+def _open_or_build_bm25(data: EvalData, indexes: Path, progress: bool) -> Index:
     folder = indexes / "bm25"
     return _open_or_build(
         folder,
-        lambda: BM25Index(folder, "bm25", data.dataset.fingerprint()),
+        lambda: open_index(folder, model="bm25", corpus_fingerprint=data.dataset.fingerprint()),
         lambda: build_bm25(data.dataset, folder, progress),
     )
 
 
-def _run(index, test_ids: list[str], scores: np.ndarray, rows: np.ndarray) -> dict[str, dict[str, float]]:
-    return {
-        q: {index.docs[r]["id"]: float(s) for s, r in zip(scores[i], rows[i], strict=True) if r >= 0}
-        for i, q in enumerate(test_ids)
-    }
-
-
-def _similarity(qrels: dict, query_pos: dict[str, int], queries: np.ndarray, index: DenseIndex) -> dict[str, float]:
+def _similarity(
+    qrels: dict, query_pos: dict[str, int], queries: np.ndarray, index: VectorIndex
+) -> tuple[dict[str, float], CosineSamples]:
     """Cosines of relevant (query, doc) pairs vs random ones, and what a global threshold can do."""
     docs = index.doc_vectors()
-    row_of = {doc["id"]: i for i, doc in enumerate(index.docs)}
+    row_of = {doc_id: row for row, doc_id in enumerate(index.docs.ids)}
     pairs = [(query_pos[q], row_of[d]) for q, rel in qrels.items() for d, g in rel.items() if g > 0 and d in row_of]
     qi, di = np.array(pairs).T
     relevant = (queries[qi].astype(np.float64) * docs[di]).sum(axis=1)
@@ -119,24 +116,22 @@ def _similarity(qrels: dict, query_pos: dict[str, int], queries: np.ndarray, ind
     random = pair_cosines(queries[test_rows], docs, n_pairs=RANDOM_PAIRS)
     threshold, f1 = metrics.threshold_f1(relevant, random)
     rand, rel = spread(random), spread(relevant)
-    return {
+    values = {
         **{f"random_cos_{k}": v for k, v in rand.items()},
         **{f"relevant_cos_{k}": v for k, v in rel.items()},
         "separation": metrics.separation(relevant, random),
         "threshold": threshold,
         "threshold_f1": f1,
-        "_random": random,
-        "_relevant": relevant,
     }
+    return values, CosineSamples(random=random, relevant=relevant)
 
 
 def evaluate_dense(
     encoder: Encoder, model: str, specs: list[str], data: EvalData, indexes: Path, progress: bool
-) -> list[dict]:
+) -> list[EvalResult]:
     ds = data.dataset
     query_ids = sorted(ds.queries)
     query_pos = {q: i for i, q in enumerate(query_ids)}
-    test_ids = sorted(ds.qrels)
     # Encode once per model; each post-processing only re-applies its corpus-fitted correction.
     raw_queries = encoder.encode([ds.queries[q] for q in query_ids], progress=progress)
     raw_sts = None
@@ -145,52 +140,28 @@ def evaluate_dense(
     results = []
     for spec in specs:
         index = _open_or_build_dense(encoder, model, data, indexes, spec, progress)
-        queries = index.correct(raw_queries)
-        scores, rows = index.index.search(queries, min(RETRIEVE_K, index.index.ntotal))
-        test_rows = [query_pos[q] for q in test_ids]
-        found = metrics.retrieval(ds.qrels, _run(index, test_ids, scores[test_rows], rows[test_rows]))
-        values = {**found, **metrics.hubness(rows, index.index.ntotal)}
-        values.update(_similarity(ds.qrels, query_pos, queries, index))
+        found = index.search(raw_queries, RETRIEVE_K)
+        values = {**metrics.retrieval(ds.qrels, found.run(query_ids)), **metrics.hubness(found.rows, len(index.docs))}
+        similarity, samples = _similarity(ds.qrels, query_pos, index.embed(raw_queries), index)
+        values.update(similarity)
         values["stsb_spearman"] = None
         if raw_sts is not None:
-            a, b = index.correct(raw_sts[0]), index.correct(raw_sts[1])
+            a, b = index.embed(raw_sts[0]), index.embed(raw_sts[1])
             values["stsb_spearman"] = metrics.sts_spearman((a * b).sum(axis=1), data.sts.scores)
-        values.update({k: index.manifest["geometry"][k] for k in GEOMETRY_KEYS})
-        results.append(_result(model, spec, index.folder.name, metrics=values, layer=getattr(encoder, "layer", "last")))
+        values.update({k: index.manifest.geometry[k] for k in GEOMETRY_KEYS})
+        layer = getattr(encoder, "layer", "last")
+        results.append(EvalResult(model, spec, index.folder.name, layer, metrics=values, samples=samples))
     return results
 
 
-def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> dict:
+def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     ds = data.dataset
     index = _open_or_build_bm25(data, indexes, progress)
     query_ids = sorted(ds.queries)
-    test_ids = sorted(ds.qrels)
-    scores, rows = index.search([ds.queries[q] for q in query_ids], RETRIEVE_K)
-    pos = {q: i for i, q in enumerate(query_ids)}
-    test_rows = [pos[q] for q in test_ids]
-    values = {**metrics.retrieval(ds.qrels, _run(index, test_ids, scores[test_rows], rows[test_rows]))}
-    values.update(metrics.hubness(rows, len(index.docs)))
+    found = index.search([ds.queries[q] for q in query_ids], RETRIEVE_K)
+    values = {**metrics.retrieval(ds.qrels, found.run(query_ids)), **metrics.hubness(found.rows, len(index.docs))}
     # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
-    return _result("bm25", "none", index.folder.name, metrics=values)
-
-
-def _result(
-    model: str,
-    spec: str,
-    index: str | None,
-    metrics: dict | None = None,
-    reason: str | None = None,
-    layer: str | int = "last",
-) -> dict:
-    return {
-        "model": model,
-        "layer": layer,
-        "postprocess": spec,
-        "index": index,
-        "available": reason is None,
-        "reason": reason,
-        "metrics": metrics or {},
-    }
+    return EvalResult("bm25", "none", index.folder.name, metrics=values)
 
 
 def run_eval(
@@ -198,18 +169,19 @@ def run_eval(
     postprocesses: list[str],
     data: EvalData,
     indexes: Path,
-    checkpoints: Path = REFERENCE_CHECKPOINTS,
+    checkpoints: Path | None = None,
     progress: bool = True,
-    on_result=None,
+    on_result: Callable[[EvalResult], None] | None = None,
     lm_layer: str | int = "last",
-) -> list[dict]:
-    """One result per (model, post-processing); unavailable models get ``available: false`` and a reason.
+) -> list[EvalResult]:
+    """One result per (model, post-processing); an unavailable model's results carry its reason instead.
 
     ``lm_layer`` picks the layer the project's LMs are pooled from (``emb``: the bag of input embeddings,
     the table reg_cos acts on); other models always use their own output."""
-    check_models(models)
+    for model in models:
+        check_model_name(model)
     specs = [pp.parse(s) for s in postprocesses]
-    results: list[dict] = []
+    results: list[EvalResult] = []
     for model in models:
         if model == "bm25":
             found = [evaluate_bm25(data, indexes, progress)]
@@ -217,8 +189,7 @@ def run_eval(
             try:
                 encoder = load_encoder(model, checkpoints, lm_layer if model in LM_MODELS else "last")
             except ModelUnavailable as exc:
-                reason = exc.explanation
-                found = [_result(model, spec, None, reason=reason) for spec in specs]
+                found = [EvalResult(model, spec, None, reason=exc.explanation) for spec in specs]
             else:
                 found = evaluate_dense(encoder, model, specs, data, indexes, progress)
         for result in found:
@@ -226,8 +197,3 @@ def run_eval(
                 on_result(result)
         results.extend(found)
     return results
-
-
-def public(results: list[dict]) -> list[dict]:
-    """Results without the raw cosine samples (kept in memory for the figures only)."""
-    return [{**r, "metrics": {k: v for k, v in r["metrics"].items() if not k.startswith("_")}} for r in results]

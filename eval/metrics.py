@@ -15,9 +15,6 @@ RETRIEVAL_METRICS = {"ndcg_at_10": "ndcg@10", "mrr_at_10": "mrr@10", "recall_at_
 HUB_K = 10
 HUB_TOP_DOCS = 10
 
-# numba's cast warnings inside ranx say nothing about the numbers.
-warnings.filterwarnings("ignore", module="ranx")
-
 
 def retrieval(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, float]:
     """nDCG@10, MRR@10 and Recall@100 by ranx (trec_eval definitions), over the queries in ``qrels``."""
@@ -27,7 +24,10 @@ def retrieval(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]
     scored = {q: docs for q, docs in run.items() if docs}
     if not scored:
         return dict.fromkeys(RETRIEVAL_METRICS, 0.0)
-    values = evaluate(Qrels({q: qrels[q] for q in scored}), Run(scored), list(RETRIEVAL_METRICS.values()))
+    with warnings.catch_warnings():
+        # numba's "unsafe cast from uint64 to int64" inside ranx's compiled metrics says nothing about the numbers.
+        warnings.filterwarnings("ignore", message="unsafe cast from")
+        values = evaluate(Qrels({q: qrels[q] for q in scored}), Run(scored), list(RETRIEVAL_METRICS.values()))
     share = len(scored) / (len(scored) + len(empty))
     return {key: float(values[name]) * share for key, name in RETRIEVAL_METRICS.items()}
 

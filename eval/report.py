@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure  # the object API: no GUI backend, safe in threads and headless
 
 from cone import __version__
+from cone.eval.results import GEOMETRY_KEYS, EvalResult
+from cone.geometry import INSTRUMENTS
 from cone.output import format_value
 
 FIGURES = "figures"
 BINS = np.linspace(-1.0, 1.0, 201)
-INSTRUMENTS = ("anisotropy", "decorrelation", "effective_rank", "sigreg")
 COLUMNS = {
     "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_100", "stsb_spearman"),
     "similarity": (
@@ -27,47 +29,50 @@ COLUMNS = {
         "threshold_f1",
     ),
     "hubness": ("hubness_skew", "hub_top1_share", "max_k_occurrence"),
-    "geometry": ("anisotropy", "decorrelation", "effective_rank", "sigreg", "sigreg_x_floor", "uniformity"),
+    "geometry": GEOMETRY_KEYS,
 }
 
 
-def label(result: dict) -> str:
-    name = result["model"] if result.get("layer", "last") == "last" else f"{result['model']}[{result['layer']}]"
-    return name if result["postprocess"] == "none" else f"{name}+{result['postprocess']}"
+@dataclass(frozen=True)
+class ReportFiles:
+    json: Path
+    markdown: Path
+    figures: list[Path]
 
 
-def slug(result: dict) -> str:
-    return label(result).replace("+", "-").replace(":", "").replace("/", "_").replace("[", "-").replace("]", "")
+def payload(dataset: str, quick: bool, results: list[EvalResult], command: str) -> dict:
+    """report.json's content (schema in docs/eval.md)."""
+    records = [r.to_json() for r in results]
+    return {"dataset": dataset, "quick": quick, "cone_version": __version__, "command": command, "results": records}
 
 
-def write_json(out: Path, payload: dict) -> Path:
+def write_report(out: Path, report: dict, results: list[EvalResult]) -> ReportFiles:
+    """report.json, the PNG figures and report.md under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
     path = out / "report.json"
-    path.write_text(json.dumps(payload, indent=2))
-    return path
+    path.write_text(json.dumps(report, indent=2))
+    figures = write_figures(out, results)
+    return ReportFiles(path, write_markdown(out, report, results, figures), figures)
 
 
-def payload(dataset: str, quick: bool, results: list[dict], command: str) -> dict:
-    return {"dataset": dataset, "quick": quick, "cone_version": __version__, "command": command, "results": results}
-
-
-def _hist_pair(result: dict, path: Path) -> None:
-    m = result["metrics"]
+def _hist_pair(result: EvalResult, path: Path) -> None:
+    m, samples = result.metrics, result.samples
     fig = Figure(figsize=(6, 3.4))
     ax = fig.subplots()
-    ax.hist(m["_random"], bins=BINS, density=True, alpha=0.6, label="random (query, doc) pairs")
-    ax.hist(m["_relevant"], bins=BINS, density=True, alpha=0.6, label="relevant pairs")
+    ax.hist(samples.random, bins=BINS, density=True, alpha=0.6, label="random (query, doc) pairs")
+    ax.hist(samples.relevant, bins=BINS, density=True, alpha=0.6, label="relevant pairs")
     ax.axvline(m["threshold"], color="k", lw=1, ls="--", label=f"best threshold (F1 {m['threshold_f1']:.2f})")
-    ax.set(xlabel="cosine similarity", ylabel="density", title=label(result), xlim=(-1, 1))
+    ax.set(xlabel="cosine similarity", ylabel="density", title=result.label, xlim=(-1, 1))
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def _random_overlay(results: list[dict], spec: str, path: Path) -> None:
+def _random_overlay(results: list[EvalResult], spec: str, path: Path) -> None:
     fig = Figure(figsize=(7, 3.8))
     ax = fig.subplots()
     for r in results:
-        ax.hist(r["metrics"]["_random"], bins=BINS, density=True, histtype="step", lw=1.5, label=label(r))
+        ax.hist(r.samples.random, bins=BINS, density=True, histtype="step", lw=1.5, label=r.label)
     ax.set(
         xlabel="cosine similarity of random (query, document) pairs",
         ylabel="density",
@@ -80,12 +85,12 @@ def _random_overlay(results: list[dict], spec: str, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def _instruments(results: list[dict], path: Path) -> None:
+def _instruments(results: list[EvalResult], path: Path) -> None:
     fig = Figure(figsize=(4 * len(INSTRUMENTS), 0.35 * len(results) + 1.6))
     axes = fig.subplots(1, len(INSTRUMENTS))
-    names = [label(r) for r in results]
+    names = [r.label for r in results]
     for ax, key in zip(axes, INSTRUMENTS, strict=True):
-        ax.barh(names, [r["metrics"][key] for r in results])
+        ax.barh(names, [r.metrics[key] for r in results])
         ax.set_title(key)
         ax.invert_yaxis()
         if key == "sigreg":
@@ -96,37 +101,37 @@ def _instruments(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def write_figures(out: Path, results: list[dict]) -> list[Path]:
+def write_figures(out: Path, results: list[EvalResult]) -> list[Path]:
     """Per dense result its random-vs-relevant histogram; per post-processing the overlay; the instruments."""
     folder = out / FIGURES
     folder.mkdir(parents=True, exist_ok=True)
-    dense = [r for r in results if r["available"] and "_random" in r["metrics"]]
+    dense = [r for r in results if r.samples is not None]
     written = []
     for r in dense:
-        written.append(folder / f"hist-{slug(r)}.png")
+        written.append(folder / f"hist-{r.slug}.png")
         _hist_pair(r, written[-1])
-    for spec in dict.fromkeys(r["postprocess"] for r in dense):
+    for spec in dict.fromkeys(r.postprocess for r in dense):
         written.append(folder / f"random-pairs-{spec.replace(':', '')}.png")
-        _random_overlay([r for r in dense if r["postprocess"] == spec], spec, written[-1])
+        _random_overlay([r for r in dense if r.postprocess == spec], spec, written[-1])
     if dense:
         written.append(folder / "instruments.png")
         _instruments(dense, written[-1])
     return written
 
 
-def _md_table(results: list[dict], columns: tuple[str, ...]) -> list[str]:
+def _md_table(results: list[EvalResult], columns: tuple[str, ...]) -> list[str]:
     lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for r in results:
-        if all(r["metrics"].get(c) is None for c in columns):
+        if all(r.metrics.get(c) is None for c in columns):
             continue  # e.g. BM25 in the cosine tables: nothing to show
-        values = [format_value(r["metrics"].get(c)) if r["metrics"].get(c) is not None else "—" for c in columns]
-        lines.append(f"| {label(r)} | " + " | ".join(values) + " |")
+        values = [format_value(r.metrics.get(c)) if r.metrics.get(c) is not None else "—" for c in columns]
+        lines.append(f"| {r.label} | " + " | ".join(values) + " |")
     return lines
 
 
-def write_markdown(out: Path, report: dict, figures: list[Path]) -> Path:
-    available = [r for r in report["results"] if r["available"]]
-    missing = [r for r in report["results"] if not r["available"]]
+def write_markdown(out: Path, report: dict, results: list[EvalResult], figures: list[Path]) -> Path:
+    available = [r for r in results if r.available]
+    missing = [r for r in results if not r.available]
     lines = [f"# cone eval: {report['dataset']}", "", f"Command: `{report['command']}`", ""]
     if report["quick"]:
         lines += ["**Quick subset** (docs/eval.md): it exercises the path; its figures are not the benchmark's.", ""]
@@ -134,7 +139,7 @@ def write_markdown(out: Path, report: dict, figures: list[Path]) -> Path:
         lines += [f"## {title.capitalize()}", "", *_md_table(available, columns), ""]
     if missing:
         lines += ["## Unavailable", ""]
-        reasons = {r["model"]: r["reason"] for r in missing}
+        reasons = {r.model: r.reason for r in missing}
         lines += [f"- {model}: {reason}" for model, reason in reasons.items()]
         lines.append("")
     if figures:

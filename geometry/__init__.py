@@ -1,8 +1,8 @@
 """Instruments that say whether an embedding space is healthy, and where each is blind."""
 
-from geometry.instruments import (
+from cone.geometry.instruments import (
+    INSTRUMENTS,
     Estimate,
-    GeometryInputError,
     anisotropy,
     as_matrix,
     decorrelation,
@@ -16,12 +16,13 @@ from geometry.instruments import (
     sigreg_noise_floor,
     top_pc_share,
     uniformity,
+    unit_rows,
 )
-from geometry.similarity import histogram, pair_cosines, spread
+from cone.geometry.similarity import histogram, pair_cosines, spread
 
 __all__ = [
     "Estimate",
-    "GeometryInputError",
+    "INSTRUMENTS",
     "anisotropy",
     "as_matrix",
     "decorrelation",
@@ -38,4 +39,5 @@ __all__ = [
     "spread",
     "top_pc_share",
     "uniformity",
+    "unit_rows",
 ]

@@ -13,6 +13,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from cone.errors import InputError
+
+# The four instruments of the mission, each blind to a failure another one sees.
+INSTRUMENTS = ("anisotropy", "decorrelation", "effective_rank", "sigreg")
 CHUNK_ROWS = 65_536
 SIGREG_KNOTS = np.linspace(0.0, 3.0, 17)  # LeJEPA's quadrature grid for Epps-Pulley
 SIGREG_DIRECTIONS = 256
@@ -21,27 +25,23 @@ SIGREG_SEED = 0
 UNIFORMITY_PAIRS = 200_000
 
 
-class GeometryInputError(ValueError):
-    """The array cannot be measured (wrong shape, NaN/inf, too few rows, not numeric)."""
-
-
 def as_matrix(x: object) -> np.ndarray:
     """Return ``x`` as a validated 2-D float array (float32 or float64; torch accepted)."""
     if hasattr(x, "detach"):  # torch.Tensor without importing torch here
         x = x.detach().float().cpu().numpy()
     arr = np.asarray(x)
     if arr.dtype.kind not in "fiu":
-        raise GeometryInputError(f"expected a numeric array, got dtype {arr.dtype}")
+        raise InputError(f"expected a numeric array, got dtype {arr.dtype}")
     if arr.ndim != 2:
-        raise GeometryInputError(f"expected a 2-D (N, d) array, got shape {arr.shape}")
+        raise InputError(f"expected a 2-D (N, d) array, got shape {arr.shape}")
     if arr.shape[0] < 2:
-        raise GeometryInputError(f"need at least 2 rows, got {arr.shape[0]}")
+        raise InputError(f"need at least 2 rows, got {arr.shape[0]}")
     if arr.shape[1] < 1:
-        raise GeometryInputError("need at least 1 column")
+        raise InputError("need at least 1 column")
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float64)
     if not np.isfinite(arr).all():
-        raise GeometryInputError("array contains NaN or inf")
+        raise InputError("array contains NaN or inf")
     return arr
 
 
@@ -50,7 +50,8 @@ def _chunks(x: np.ndarray):
         yield x[start : start + CHUNK_ROWS]
 
 
-def _unit_rows(x: np.ndarray) -> np.ndarray:
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero), in the input's precision."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.maximum(norms, 1e-12)
 
@@ -79,7 +80,7 @@ def anisotropy(x: object) -> Estimate:
     n = x.shape[0]
     total = np.zeros(x.shape[1], dtype=np.float64)
     for chunk in _chunks(x):
-        total += _unit_rows(chunk.astype(np.float64)).sum(axis=0)
+        total += unit_rows(chunk.astype(np.float64)).sum(axis=0)
     value = (float(total @ total) - n) / (n * (n - 1))
     return Estimate(value=value, stderr=0.0, n_pairs=n * (n - 1) // 2, exact=True)
 
@@ -260,8 +261,8 @@ def uniformity(x: object, t: float = 2.0, n_pairs: int = UNIFORMITY_PAIRS, seed:
     j = (i + rng.integers(1, n, size=n_pairs)) % n  # j != i, uniform over the others
     sq = np.empty(n_pairs, dtype=np.float64)
     for start in range(0, n_pairs, CHUNK_ROWS):
-        a = _unit_rows(x[i[start : start + CHUNK_ROWS]].astype(np.float64))
-        b = _unit_rows(x[j[start : start + CHUNK_ROWS]].astype(np.float64))
+        a = unit_rows(x[i[start : start + CHUNK_ROWS]].astype(np.float64))
+        b = unit_rows(x[j[start : start + CHUNK_ROWS]].astype(np.float64))
         sq[start : start + CHUNK_ROWS] = ((a - b) ** 2).sum(axis=1)
     v = np.exp(-t * sq)
     m = v.mean()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from geometry.instruments import GeometryInputError, _unit_rows, as_matrix
+from cone.errors import InputError
+from cone.geometry.instruments import as_matrix, unit_rows
 
 HISTOGRAM_BINS = 100
 
@@ -20,13 +21,13 @@ def pair_cosines(x: object, y: object | None = None, n_pairs: int = 20_000, seed
     i = rng.integers(0, x.shape[0], size=n_pairs)
     if y is None:
         if x.shape[0] < 2:
-            raise GeometryInputError("need at least 2 rows for pairs")
+            raise InputError("need at least 2 rows for pairs")
         other, j = x, (i + rng.integers(1, x.shape[0], size=n_pairs)) % x.shape[0]
     else:
         other = as_matrix(y)
         j = rng.integers(0, other.shape[0], size=n_pairs)
-    a = _unit_rows(x[i].astype(np.float64))
-    b = _unit_rows(other[j].astype(np.float64))
+    a = unit_rows(x[i].astype(np.float64))
+    b = unit_rows(other[j].astype(np.float64))
     return (a * b).sum(axis=1)
 
 

@@ -6,6 +6,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from cone.errors import InputError
+from cone.geometry.instruments import measure, sigreg_noise_floor
+
 CONE_OFFSET = 10.0  # distance of the cone's apex point from the origin, in noise units
 CONE_NOISE = 1.0
 RANK_K = 8
@@ -57,5 +60,15 @@ DISTRIBUTIONS: dict[str, Callable[[int, int, np.random.Generator], np.ndarray]] 
 def sample(name: str, n: int = 4096, d: int = 256, seed: int = 0) -> np.ndarray:
     """Draw ``n`` rows of distribution ``name`` in float32, reproducibly from ``seed``."""
     if name not in DISTRIBUTIONS:
-        raise KeyError(f"unknown distribution {name!r}; choose from {', '.join(DISTRIBUTIONS)}")
+        raise InputError(f"unknown distribution {name!r}; choose from {', '.join(DISTRIBUTIONS)}")
     return DISTRIBUTIONS[name](n, d, np.random.default_rng(seed)).astype(np.float32)
+
+
+def synthetic_report(n: int = 4096, d: int = 256, seed: int = 0) -> dict:
+    """The blind-spot proof: every instrument (and the centered-SigReg bug) on each distribution."""
+    if n < 2 or d < 2:
+        raise InputError("--n and --d must both be at least 2")
+    return {
+        "noise_floor": sigreg_noise_floor(n, d),
+        "distributions": {name: measure(sample(name, n, d, seed), with_centered=True) for name in DISTRIBUTIONS},
+    }

@@ -1,4 +1,4 @@
-"""Dense indexes: encoder -> vectors (cached) -> post-processing -> L2 norm -> FAISS (inner product)."""
+"""Dense indexes: encoder -> vectors (cached) -> post-processing -> unit norm -> FAISS (inner product)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from cone.errors import ConeError
-from data.loaders import RetrievalDataset
-from encoders.base import Encoder
-from geometry import histogram, measure, pair_cosines, spread
-from indexing import postprocess as pp
-from indexing import store
+from cone.data.loaders import RetrievalDataset, doc_text
+from cone.encoders.base import Encoder
+from cone.errors import DamagedIndex, InputError
+from cone.geometry import histogram, measure, pair_cosines, spread, unit_rows
+from cone.indexing import postprocess as pp
+from cone.indexing import store
+from cone.indexing.index import Queries, SearchResult
 
 INDEX_FILE = "index.faiss"
 PARAMS_FILE = "postprocess.npz"
@@ -24,10 +25,6 @@ DEFAULT_FACTORY = "Flat"
 
 def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "cone" / "embeddings"))
-
-
-def doc_text(doc: dict[str, str]) -> str:
-    return f"{doc['title']} {doc['text']}".strip()
 
 
 def corpus_vectors(encoder: Encoder, dataset: RetrievalDataset, doc_ids: list[str], progress: bool) -> np.ndarray:
@@ -60,14 +57,14 @@ def set_search_params(index: faiss.Index, params: str) -> None:
     try:
         faiss.ParameterSpace().set_index_parameters(index, params)
     except RuntimeError as exc:
-        raise ConeError(f"invalid --search-params {params!r}: {str(exc).splitlines()[-1][:160]}") from None
+        raise InputError(f"invalid --search-params {params!r}: {str(exc).splitlines()[-1][:160]}") from None
 
 
 def build_faiss(vectors: np.ndarray, factory: str) -> faiss.Index:
     try:
         index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
-        raise ConeError(f"invalid --index-factory {factory!r}: {str(exc).splitlines()[-1][:160]}") from None
+        raise InputError(f"invalid --index-factory {factory!r}: {str(exc).splitlines()[-1][:160]}") from None
     if not index.is_trained:
         index.train(vectors)
     index.add(vectors)
@@ -89,85 +86,85 @@ def build_dense(
     raw = corpus_vectors(encoder, dataset, doc_ids, progress)
     params = pp.fit(raw, postprocess)
     corrected = pp.apply(raw, params)
-    vectors = pp.l2_normalize(corrected)
+    vectors = unit_rows(corrected)
     index = build_faiss(vectors, factory)
     set_search_params(index, search_params)
+    manifest = store.Manifest(
+        kind="dense",
+        model=encoder.name,
+        dataset=dataset.name,
+        corpus_fingerprint=dataset.fingerprint(),
+        n_docs=len(doc_ids),
+        encoder_fingerprint=encoder.fingerprint,
+        metric="inner_product",
+        normalized=True,
+        postprocess=postprocess,
+        index_factory=factory,
+        search_params=search_params,
+        dim=encoder.dim,
+        layer=getattr(encoder, "layer", "last"),
+        postprocess_params={k: list(v.shape) for k, v in params.items()},
+        geometry_raw=measure(raw),
+        geometry=measure(corrected),
+        random_pair_cosines=random_pair_summary(vectors),
+    )
     with store.atomic_folder(out) as tmp:
         faiss.write_index(index, str(tmp / INDEX_FILE))
         np.savez(tmp / PARAMS_FILE, **params)
         store.write_docs(tmp, doc_ids, dataset.corpus)
-        store.write_manifest(
-            tmp,
-            store.base_manifest(
-                kind="dense",
-                model=encoder.name,
-                encoder_fingerprint=encoder.fingerprint,
-                dim=encoder.dim,
-                metric="inner_product",
-                normalized=True,
-                postprocess=postprocess,
-                postprocess_params={k: list(v.shape) for k, v in params.items()},
-                index_factory=factory,
-                search_params=search_params,
-                dataset=dataset.name,
-                corpus_fingerprint=dataset.fingerprint(),
-                n_docs=len(doc_ids),
-                layer=getattr(encoder, "layer", "last"),
-                geometry_raw=measure(raw),
-                geometry=measure(corrected),
-                random_pair_cosines=random_pair_summary(vectors),
-            ),
-        )
+        store.write_manifest(tmp, manifest)
     return out
 
 
 class DenseIndex:
     """A loaded, validated dense index; ``search`` encodes queries exactly as the corpus was."""
 
-    kind = "dense"
-
-    def __init__(
-        self, folder: Path, encoder: Encoder, model: str | None = None, corpus_fingerprint: str | None = None
-    ) -> None:
-        folder = Path(folder)
-        self.folder = folder
-        self.manifest = store.read_manifest(folder)
-        store.check_expected(self.manifest, folder, model, corpus_fingerprint)
-        if self.manifest["encoder_fingerprint"] != encoder.fingerprint:
-            raise ConeError(f"{folder}: index was built with other weights of {encoder.name!r}; rebuild it")
-        if self.manifest["dim"] != encoder.dim:
-            raise ConeError(f"{folder}: index dimension {self.manifest['dim']} != encoder dimension {encoder.dim}")
+    def __init__(self, folder: Path, encoder: Encoder, manifest: store.Manifest | None = None) -> None:
+        self.folder = Path(folder)
+        self.manifest = manifest or store.read_manifest(self.folder)
+        self._check_encoder(encoder)
         try:
-            self.index = faiss.read_index(str(folder / INDEX_FILE))
-            with np.load(folder / PARAMS_FILE) as npz:
+            self.faiss_index = faiss.read_index(str(self.folder / INDEX_FILE))
+            with np.load(self.folder / PARAMS_FILE) as npz:
                 self.params = {k: npz[k] for k in npz.files}
-        except (RuntimeError, OSError, ValueError) as exc:
-            raise ConeError(f"{folder}: corrupt index files ({str(exc).splitlines()[0][:160]})") from None
-        set_search_params(self.index, self.manifest.get("search_params", ""))
-        if self.index.d != encoder.dim or self.index.ntotal != self.manifest["n_docs"]:
-            raise ConeError(
-                f"{folder}: index holds {self.index.ntotal} x {self.index.d}, manifest says "
-                f"{self.manifest['n_docs']} x {encoder.dim}"
+        except (RuntimeError, OSError, ValueError, EOFError) as exc:
+            raise DamagedIndex(f"{self.folder}: corrupt index files ({str(exc).splitlines()[0][:160]})") from None
+        set_search_params(self.faiss_index, self.manifest.search_params)
+        if self.faiss_index.d != encoder.dim or self.faiss_index.ntotal != self.manifest.n_docs:
+            raise DamagedIndex(
+                f"{self.folder}: index holds {self.faiss_index.ntotal} x {self.faiss_index.d}, manifest says "
+                f"{self.manifest.n_docs} x {encoder.dim}"
             )
-        self.docs = store.read_docs(folder, self.manifest["n_docs"])
+        self.docs = store.read_docs(self.folder, self.manifest.n_docs)
         self.encoder = encoder
 
-    def correct(self, raw: np.ndarray) -> np.ndarray:
-        """Raw encoder vectors -> the index's space: the corpus-fitted correction, then unit norm."""
-        return pp.l2_normalize(pp.apply(raw, self.params))
+    def _check_encoder(self, encoder: Encoder) -> None:
+        if self.manifest.kind != "dense":
+            raise DamagedIndex(f"{self.folder}: a {self.manifest.kind} index, not a dense one")
+        if self.manifest.encoder_fingerprint != encoder.fingerprint:
+            raise DamagedIndex(f"{self.folder}: index was built with other weights of {encoder.name!r}; rebuild it")
+        if self.manifest.dim != encoder.dim:
+            raise DamagedIndex(f"{self.folder}: index dimension {self.manifest.dim} != encoder dimension {encoder.dim}")
 
-    def embed_queries(self, queries: list[str], progress: bool = False) -> np.ndarray:
-        return self.correct(self.encoder.encode(queries, progress=progress))
+    def embed(self, queries: Queries, progress: bool = False) -> np.ndarray:
+        """Texts (or the encoder's raw vectors of them) -> the index's space: the corpus-fitted correction,
+        then unit norm."""
+        raw = queries if isinstance(queries, np.ndarray) else self.encoder.encode(list(queries), progress=progress)
+        if raw.ndim != 2 or raw.shape[1] != self.encoder.dim:
+            raise InputError(f"query vectors of shape {raw.shape} for a {self.encoder.dim}-dim index")
+        return unit_rows(pp.apply(raw, self.params))
 
     def doc_vectors(self) -> np.ndarray:
         """The indexed (corrected, unit-norm) document vectors, in row order."""
         try:
-            return self.index.reconstruct_n(0, self.index.ntotal)
+            return self.faiss_index.reconstruct_n(0, self.faiss_index.ntotal)
         except RuntimeError:
-            raise ConeError(
+            raise InputError(
                 f"{self.folder}: this FAISS index type cannot return its vectors; use a Flat index"
             ) from None
 
-    def search(self, queries: list[str], k: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, row indices), each (len(queries), k); scores are cosines."""
-        return self.index.search(self.embed_queries(queries, progress), k)
+    def search(self, queries: Queries, k: int, progress: bool = False) -> SearchResult:
+        """The top ``k`` documents of each query by cosine."""
+        k = max(1, min(k, len(self.docs)))
+        scores, rows = self.faiss_index.search(self.embed(queries, progress), k)
+        return SearchResult(scores, rows, self.docs)

@@ -11,8 +11,8 @@ import re
 
 import numpy as np
 
-from cone.errors import ConeError
-from geometry import moments
+from cone.errors import InputError
+from cone.geometry import moments
 
 _ABTT = re.compile(r"^abtt:(\d+)$")
 WHITEN_EPS = 1e-6
@@ -26,7 +26,7 @@ def parse(spec: str) -> str:
     match = _ABTT.match(spec)
     if match and int(match.group(1)) >= 1:
         return spec
-    raise ConeError(f"unknown --postprocess {spec!r}; choose none, center, whiten or abtt:K (K >= 1)")
+    raise InputError(f"unknown --postprocess {spec!r}; choose none, center, whiten or abtt:K (K >= 1)")
 
 
 def fit(vectors: np.ndarray, spec: str) -> dict[str, np.ndarray]:
@@ -42,14 +42,14 @@ def fit(vectors: np.ndarray, spec: str) -> dict[str, np.ndarray]:
     elif spec.startswith("abtt:"):
         k = int(spec.split(":")[1])
         if k >= vectors.shape[1]:
-            raise ConeError(f"abtt:{k} removes every direction of a {vectors.shape[1]}-dim space")
+            raise InputError(f"abtt:{k} removes every direction of a {vectors.shape[1]}-dim space")
         _, eigvec = np.linalg.eigh(stats.cov)
         params["directions"] = eigvec[:, ::-1][:, :k].copy()
     return params
 
 
 def apply(vectors: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
-    """Apply fitted parameters; the output is float32 (not yet normalised)."""
+    """Apply fitted parameters; the output is a new float32 array (not yet normalised)."""
     x = np.asarray(vectors, dtype=np.float64)
     if "mean" in params:
         x = x - params["mean"]
@@ -59,8 +59,3 @@ def apply(vectors: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
         u = params["directions"]
         x = x - (x @ u) @ u.T
     return x.astype(np.float32)
-
-
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.maximum(norms, 1e-12)).astype(np.float32)

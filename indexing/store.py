@@ -7,19 +7,24 @@ half-written index: an interrupted build leaves the previous index (or nothing) 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cone import __version__
-from cone.errors import ConeError
+from cone.data.loaders import Corpus
+from cone.errors import DamagedIndex
 
 MANIFEST = "manifest.json"
 DOCS = "docs.jsonl"
 SNIPPET_CHARS = 300
+KINDS = ("dense", "bm25")
 
 
 def index_name(model: str, postprocess: str, layer: str | int = "last") -> str:
@@ -36,12 +41,127 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def base_manifest(**fields) -> dict:
-    return {"cone_version": __version__, "created": now(), **fields}
+@dataclass(frozen=True)
+class Manifest:
+    """What an index folder holds and how it was built: read once per load, checked on reading."""
+
+    kind: str  # "dense" | "bm25"
+    model: str
+    dataset: str
+    corpus_fingerprint: str
+    n_docs: int
+    encoder_fingerprint: str  # an index built by other weights is refused
+    metric: str  # "inner_product" (cosines: vectors are unit norm) | "bm25"
+    normalized: bool = False
+    postprocess: str = "none"
+    index_factory: str | None = None
+    search_params: str = ""
+    dim: int | None = None
+    layer: str | int = "last"
+    postprocess_params: dict | None = None  # name -> shape of each fitted array
+    geometry_raw: dict | None = None  # the instruments on the encoder's raw corpus vectors
+    geometry: dict | None = None  # ... and on the indexed (corrected) vectors
+    random_pair_cosines: dict | None = None  # spread and histogram of random document pairs' cosines
+    cone_version: str = __version__
+    created: str = field(default_factory=now)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object, source: Path) -> Manifest:
+        """Validate every key the loaders and the service read; a bad manifest is one DamagedIndex naming the key."""
+        if not isinstance(data, dict):
+            raise DamagedIndex(f"{source}: manifest is not a JSON object")
+        _check_key(data, "kind", MANIFEST_KEYS["kind"], source, required=True)
+        for key, kinds in MANIFEST_KEYS.items():
+            _check_key(data, key, kinds, source, required=key in REQUIRED[data["kind"]])
+        if data["kind"] == "dense":
+            for key in ("geometry", "geometry_raw"):
+                _check_numbers(data[key], f"{key!r}", source)
+            _check_pair_cosines(data["random_pair_cosines"], source)
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def check_expected(self, folder: Path, model: str | None, corpus_fingerprint: str | None) -> None:
+        """Refuse an index built for another model or on another corpus than the caller's."""
+        if model is not None and self.model != model:
+            raise DamagedIndex(f"{folder}: index was built for model {self.model!r}, not {model!r}")
+        if corpus_fingerprint is not None and self.corpus_fingerprint != corpus_fingerprint:
+            raise DamagedIndex(f"{folder}: index was built on another corpus (fingerprint {self.corpus_fingerprint})")
+
+
+MANIFEST_KEYS: dict[str, tuple[type, ...]] = {
+    "kind": (str,),
+    "model": (str,),
+    "dataset": (str,),
+    "corpus_fingerprint": (str,),
+    "n_docs": (int,),
+    "encoder_fingerprint": (str,),
+    "metric": (str,),
+    "normalized": (bool,),
+    "postprocess": (str,),
+    "index_factory": (str, type(None)),
+    "search_params": (str,),
+    "dim": (int, type(None)),
+    "layer": (str, int),
+    "postprocess_params": (dict, type(None)),
+    "geometry_raw": (dict, type(None)),
+    "geometry": (dict, type(None)),
+    "random_pair_cosines": (dict, type(None)),
+    "cone_version": (str,),
+    "created": (str,),
+}
+_BASE = {"kind", "model", "dataset", "corpus_fingerprint", "n_docs", "encoder_fingerprint", "metric"}
+REQUIRED = {
+    "bm25": _BASE,
+    "dense": _BASE | {"dim", "postprocess", "index_factory", "geometry_raw", "geometry", "random_pair_cosines"},
+}
+
+
+def _check_key(data: dict, key: str, kinds: tuple[type, ...], source: Path, required: bool) -> None:
+    if key not in data or (data[key] is None and required):
+        if required:
+            raise DamagedIndex(f"{source}: manifest lacks {key!r}")
+        return
+    value = data[key]
+    wrong_bool = isinstance(value, bool) and bool not in kinds  # JSON true is not a count
+    if wrong_bool or not isinstance(value, kinds):
+        names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+        raise DamagedIndex(f"{source}: manifest's {key!r} is {str(value)[:40]!r}, not {names}")
+    if key == "kind" and value not in KINDS:
+        raise DamagedIndex(f"{source}: manifest's 'kind' is {value!r}, not one of {', '.join(KINDS)}")
+    if key in ("n_docs", "dim") and value is not None and value < (0 if key == "n_docs" else 1):
+        raise DamagedIndex(f"{source}: manifest's {key!r} is {value}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_numbers(values: dict, what: str, source: Path) -> None:
+    bad = [k for k, v in values.items() if not _is_number(v)]
+    if bad:
+        raise DamagedIndex(f"{source}: manifest's {what} has a non-numeric {bad[0]!r}")
+
+
+def _check_pair_cosines(summary: dict, source: Path) -> None:
+    what = "'random_pair_cosines'"
+    histogram = summary.get("histogram")
+    stats = {k: summary.get(k) for k in ("mean", "std", "p1", "p50", "p99", "n_pairs")}
+    _check_numbers(stats, what, source)
+    if not isinstance(histogram, dict):
+        raise DamagedIndex(f"{source}: manifest's {what} lacks its histogram")
+    edges, counts = histogram.get("edges"), histogram.get("counts")
+    if not (isinstance(edges, list) and isinstance(counts, list) and len(edges) == len(counts) + 1 > 1):
+        raise DamagedIndex(f"{source}: manifest's {what} histogram needs edges one longer than counts")
+    _check_numbers(dict(enumerate(edges)), f"{what} histogram edges", source)
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+        raise DamagedIndex(f"{source}: manifest's {what} histogram counts are not counts")
 
 
 @contextmanager
-def atomic_folder(target: Path):
+def atomic_folder(target: Path) -> Iterator[Path]:
     """Yield a temporary folder; on success it replaces ``target``, on failure it is removed."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +179,21 @@ def atomic_folder(target: Path):
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_docs(folder: Path, doc_ids: list[str], corpus: dict[str, dict[str, str]]) -> None:
+class DocTable:
+    """An index's documents in row order: id, title and the first characters of the text."""
+
+    def __init__(self, records: list[dict[str, str]]) -> None:
+        self._records = records
+        self.ids = [r["id"] for r in records]
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, row: int) -> dict[str, str]:
+        return self._records[row]
+
+
+def write_docs(folder: Path, doc_ids: list[str], corpus: Corpus) -> None:
     with (folder / DOCS).open("w", encoding="utf-8") as handle:
         for doc_id in doc_ids:
             doc = corpus[doc_id]
@@ -67,40 +201,39 @@ def write_docs(folder: Path, doc_ids: list[str], corpus: dict[str, dict[str, str
             handle.write(json.dumps(record) + "\n")
 
 
-def write_manifest(folder: Path, manifest: dict) -> None:
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
+def write_manifest(folder: Path, manifest: Manifest) -> None:
+    (folder / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2))
 
 
-def read_manifest(folder: Path) -> dict:
+def read_manifest(folder: Path) -> Manifest:
     file = Path(folder) / MANIFEST
     if not file.is_file():
-        raise ConeError(f"{folder}: not an index (no {MANIFEST})")
+        raise DamagedIndex(f"{folder}: not an index (no {MANIFEST})")
     try:
-        manifest = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConeError(f"{file}: corrupt manifest ({exc.msg})") from None
-    for key in ("kind", "model", "n_docs", "corpus_fingerprint"):
-        if key not in manifest:
-            raise ConeError(f"{file}: manifest lacks {key!r}")
-    return manifest
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DamagedIndex(f"{file}: corrupt manifest ({getattr(exc, 'msg', exc)})") from None
+    except OSError as exc:
+        raise DamagedIndex(f"{file}: unreadable manifest ({exc.strerror})") from None
+    return Manifest.from_dict(data, file)
 
 
-def read_docs(folder: Path, n_docs: int) -> list[dict]:
+def _doc_record(line: str) -> dict[str, str]:
+    record = json.loads(line)
+    if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("id", "title", "snippet")):
+        raise ValueError("expected id, title and snippet strings")
+    return record
+
+
+def read_docs(folder: Path, n_docs: int) -> DocTable:
     file = Path(folder) / DOCS
     try:
-        docs = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line]
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConeError(f"{file}: missing or corrupt document list ({exc})") from None
-    if len(docs) != n_docs:
-        raise ConeError(f"{file}: {len(docs)} documents but the manifest says {n_docs}")
-    return docs
-
-
-def check_expected(manifest: dict, folder: Path, model: str | None, corpus_fingerprint: str | None) -> None:
-    if model is not None and manifest["model"] != model:
-        raise ConeError(f"{folder}: index was built for model {manifest['model']!r}, not {model!r}")
-    if corpus_fingerprint is not None and manifest["corpus_fingerprint"] != corpus_fingerprint:
-        raise ConeError(f"{folder}: index was built on another corpus (fingerprint {manifest['corpus_fingerprint']})")
+        records = [_doc_record(line) for line in file.read_text(encoding="utf-8").splitlines() if line]
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DamagedIndex(f"{file}: missing or corrupt document list ({exc})") from None
+    if len(records) != n_docs:
+        raise DamagedIndex(f"{file}: {len(records)} documents but the manifest says {n_docs}")
+    return DocTable(records)
 
 
 def list_indexes(root: Path) -> list[Path]:

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from geometry import measure
-from models.checkpoint import load_checkpoint, load_token_counts
+from cone.geometry import measure
+from cone.models.checkpoint import load_checkpoint, load_token_counts
 
 # Prompts for the logit test, written for this project (not taken from any dataset).
 LOGIT_PROMPTS = [

@@ -5,9 +5,9 @@ token_counts.safetensors (how often each id occurred in training) and the traini
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
-from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -15,23 +15,40 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from cone.errors import ConeError
-from models.gpt import GPT, GPTConfig
-from models.tokenizer import load_tokenizer
+from cone.errors import InputError
+from cone.models.gpt import GPT, GPTConfig
+from cone.models.tokenizer import load_tokenizer
 
+CHECKPOINTS_ENV = "CONE_CHECKPOINTS"
+REFERENCE_MODELS = ("baseline", "regularized")
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
 TOKEN_COUNTS = "token_counts.safetensors"
 LOG = "train_log.jsonl"
+RESUME = "resume.pt"
+
+
+def checkpoints_dir(explicit: Path | None = None) -> Path:
+    """--checkpoints if given, else $CONE_CHECKPOINTS, else the reference checkpoints installed with cone
+    (package data of ``cone.checkpoints``: the repository's checkpoints/ folder in a development install)."""
+    if explicit is not None:
+        return Path(explicit)
+    if os.environ.get(CHECKPOINTS_ENV):
+        return Path(os.environ[CHECKPOINTS_ENV])
+    return Path(str(importlib.resources.files("cone.checkpoints")))
+
+
+def resolve_checkpoint(path: Path, checkpoints: Path | None = None) -> Path:
+    """A checkpoint folder as given, or a reference model's name (baseline, regularized) in ``checkpoints_dir``."""
+    if not Path(path).exists() and str(path) in REFERENCE_MODELS:
+        return checkpoints_dir(checkpoints) / str(path)
+    return Path(path)
 
 
 def read_log(path: Path) -> list[dict]:
     """The records ``cone train`` appended to ``path``/train_log.jsonl, one per evaluation step."""
     return [json.loads(line) for line in (Path(path) / LOG).read_text().splitlines() if line.strip()]
-
-
-RESUME = "resume.pt"
 
 
 def _atomic(path: Path, write) -> None:
@@ -63,17 +80,17 @@ def save_checkpoint(
 def read_config(path: Path) -> dict:
     file = path / CONFIG
     if not file.is_file():
-        raise ConeError(f"{path}: not a checkpoint (no {CONFIG})")
+        raise InputError(f"{path}: not a checkpoint (no {CONFIG})")
     try:
         payload = json.loads(file.read_text())
-        names = {f.name for f in fields(GPTConfig)}
-        GPTConfig(**{k: v for k, v in payload["model"].items() if k in names})
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ConeError(f"{file}: corrupt checkpoint config ({exc})") from None
+        model_config(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, InputError) as exc:
+        raise InputError(f"{file}: corrupt checkpoint config ({exc})") from None
     return payload
 
 
 def model_config(payload: dict) -> GPTConfig:
+    """The model settings a checkpoint's config.json holds; InputError, TypeError or KeyError if they are bad."""
     return GPTConfig(**payload["model"])
 
 
@@ -82,15 +99,15 @@ def load_weights(model: GPT, file: Path) -> None:
     try:
         state = load_file(str(file))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise ConeError(f"{file}: corrupt or unreadable weights ({exc})") from None
+        raise InputError(f"{file}: corrupt or unreadable weights ({exc})") from None
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     extra = sorted(set(state) - set(expected))
     if missing or extra:
-        raise ConeError(f"{file}: weights do not match config (missing {missing[:3]}, unexpected {extra[:3]})")
+        raise InputError(f"{file}: weights do not match config (missing {missing[:3]}, unexpected {extra[:3]})")
     for key, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[key].shape):
-            raise ConeError(
+            raise InputError(
                 f"{file}: {key} has shape {tuple(tensor.shape)} but the config needs {tuple(expected[key].shape)}"
             )
     model.load_state_dict({k: v.float() for k, v in state.items()})
@@ -100,13 +117,13 @@ def load_checkpoint(path: Path) -> tuple[GPT, Tokenizer, dict]:
     """The model (fp32, eval mode), its tokenizer and its config payload."""
     path = Path(path)
     if not path.is_dir():
-        raise ConeError(f"{path}: checkpoint folder not found")
+        raise InputError(f"{path}: checkpoint folder not found")
     payload = read_config(path)
     model = GPT(model_config(payload))
     load_weights(model, path / WEIGHTS)
     tokenizer = load_tokenizer(path / TOKENIZER)
     if tokenizer.get_vocab_size() != model.cfg.vocab_size:
-        raise ConeError(
+        raise InputError(
             f"{path}: tokenizer has {tokenizer.get_vocab_size()} entries, config says {model.cfg.vocab_size}"
         )
     return model.eval(), tokenizer, payload
@@ -117,4 +134,4 @@ def load_token_counts(path: Path) -> torch.Tensor:
     try:
         return load_file(str(file))["counts"]
     except (SafetensorError, OSError, KeyError) as exc:
-        raise ConeError(f"{file}: missing or corrupt token counts ({exc})") from None
+        raise InputError(f"{file}: missing or corrupt token counts ({exc})") from None

@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from cone.errors import ConeError
-from data.loaders import DATA_DIR_ENV, read_jsonl
+from cone.data.loaders import DATA_DIR_ENV, read_jsonl
+from cone.errors import InputError
 
 VALIDATION_SHARE = 0.02  # of documents, chosen by hash so the split never depends on order
 
@@ -18,7 +18,7 @@ def default_corpus_files(root: Path) -> list[Path]:
     files = [root / "scifact" / "corpus.jsonl", *sorted((root / "lmtext").glob("*.txt"))]
     missing = [str(f) for f in files if not f.is_file()]
     if missing or len(files) < 2:
-        raise ConeError(
+        raise InputError(
             f"default training corpus not found under {root} (missing: {', '.join(missing) or 'lmtext/*.txt'});"
             f" pass --data-dir or set {DATA_DIR_ENV}"
         )
@@ -39,15 +39,15 @@ def read_documents(files: list[Path]) -> list[str]:
     docs: list[str] = []
     for path in files:
         if not path.is_file():
-            raise ConeError(f"{path}: corpus file not found")
+            raise InputError(f"{path}: corpus file not found")
         if path.suffix == ".jsonl":
             docs.extend(_jsonl_documents(path))
         elif path.suffix == ".txt":
             docs.extend(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
         else:
-            raise ConeError(f"{path}: unsupported corpus format (use .txt or .jsonl)")
+            raise InputError(f"{path}: unsupported corpus format (use .txt or .jsonl)")
     if not docs:
-        raise ConeError(f"corpus is empty: no text in {', '.join(map(str, files))}")
+        raise InputError(f"corpus is empty: no text in {', '.join(map(str, files))}")
     return docs
 
 
@@ -61,5 +61,5 @@ def split(docs: list[str]) -> tuple[list[str], list[str]]:
     train = [d for d in docs if not is_validation(d)]
     val = [d for d in docs if is_validation(d)]
     if not train or not val:
-        raise ConeError(f"corpus too small to split: {len(docs)} documents (need some for validation)")
+        raise InputError(f"corpus too small to split: {len(docs)} documents (need some for validation)")
     return train, val

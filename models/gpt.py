@@ -12,6 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from cone.errors import InputError
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -21,6 +23,18 @@ class GPTConfig:
     n_head: int = 4
     block_size: int = 128
     pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "pad_id" else 1):
+                raise InputError(
+                    f"model setting {name} must be a {'non-negative' if name == 'pad_id' else 'positive'} "
+                    f"integer, got {value!r}"
+                )
+        if self.n_embd % self.n_head:
+            raise InputError(f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}")
+        if self.pad_id >= self.vocab_size:
+            raise InputError(f"pad_id {self.pad_id} is outside the vocabulary of {self.vocab_size}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from cone.errors import ConeError
+from cone.errors import InputError
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 SPECIAL_TOKENS = [PAD, EOS, UNK]
@@ -30,7 +30,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     )
     tok.train_from_iterator(texts, trainer=trainer)
     if tok.get_vocab_size() != vocab_size:
-        raise ConeError(
+        raise InputError(
             f"the corpus supports only {tok.get_vocab_size()} BPE entries, fewer than --vocab-size {vocab_size}"
         )
     return tok
@@ -40,4 +40,4 @@ def load_tokenizer(path: Path) -> Tokenizer:
     try:
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
-        raise ConeError(f"{path}: not a readable tokenizer.json ({exc})") from None
+        raise InputError(f"{path}: not a readable tokenizer.json ({exc})") from None

@@ -18,25 +18,23 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from cone.errors import ConeError
-from geometry import anisotropy, decorrelation, effective_rank, moments, sigreg
-from geometry.regularizer import reg_cos
-from models import checkpoint as ckpt
-from models.corpus import read_documents, split
-from models.gpt import GPT, GPTConfig
-from models.tokenizer import EOS, load_tokenizer, train_tokenizer
+from cone.errors import InputError
+from cone.geometry import anisotropy, decorrelation, effective_rank, moments, sigreg
+from cone.geometry.regularizer import reg_cos
+from cone.models import checkpoint as ckpt
+from cone.models.corpus import read_documents, split
+from cone.models.gpt import GPT, GPTConfig
+from cone.models.tokenizer import EOS, load_tokenizer, train_tokenizer
 
-# Chosen by the sweep in docs/training.md (benchmarks/reg_cos_sweep.sh, 409,600 tokens each):
-# λ = 3 is the smallest λ that cuts the table's anisotropy several-fold (4.7×; λ = 1 gives 2.0×)
-# for a validation-loss cost under 1% (+0.85%; λ = 10 costs +1.76%). At the full 4M-token budget
-# the cost vanished: val loss 5.642 vs 5.655 for λ = 0, anisotropy 92× lower (docs/results.md).
+# Chosen by the λ sweep (benchmarks/reg_cos_sweep.sh): the smallest λ that cuts the table's anisotropy
+# several-fold for a validation-loss cost under 1%. The measured figures are in docs/training.md.
 DEFAULT_REG_COS = 3.0
 VAL_SEED_OFFSET = 1_000_000_007
 
 
 def bf16_is_fast() -> bool:
     """bf16 autocast pays only where the CPU has native bf16 (AVX512-BF16 or AMX); elsewhere it is emulated
-    and measured here ~25x slower than fp32 (benchmarks/train_speed.py, docs/benchmarks.md)."""
+    and many times slower than fp32 (benchmarks/train_speed.py measures it; docs/benchmarks.md)."""
     try:
         flags = Path("/proc/cpuinfo").read_text().split()
     except OSError:
@@ -96,7 +94,7 @@ def prepare_data(
     train_ids, val_ids = encode_stream(tokenizer, train_docs), encode_stream(tokenizer, val_docs)
     for name, ids in (("training", train_ids), ("validation", val_ids)):
         if len(ids) <= block_size + 1:
-            raise ConeError(f"{name} text too short: {len(ids)} tokens for a context of {block_size}")
+            raise InputError(f"{name} text too short: {len(ids)} tokens for a context of {block_size}")
     counts = torch.bincount(torch.from_numpy(train_ids), minlength=vocab_size)
     return tokenizer, TokenStreams(train_ids, val_ids, counts)
 
@@ -183,13 +181,13 @@ def _load_resume(out: Path, cfg: TrainConfig, model_cfg: GPTConfig) -> tuple[dic
     if saved != wanted or payload["model"] != model_cfg.to_dict():
         diff = sorted(k for k in wanted if saved.get(k) != wanted[k])
         diff += sorted(k for k in payload["model"] if payload["model"][k] != model_cfg.to_dict().get(k))
-        raise ConeError(f"{out}: cannot resume, the checkpoint was trained with other settings ({', '.join(diff)})")
+        raise InputError(f"{out}: cannot resume, the checkpoint was trained with other settings ({', '.join(diff)})")
     if not (out / ckpt.RESUME).is_file():
-        raise ConeError(f"{out}: no {ckpt.RESUME} to resume from")
+        raise InputError(f"{out}: no {ckpt.RESUME} to resume from")
     try:
         state = torch.load(out / ckpt.RESUME, weights_only=True)
     except Exception as exc:  # torch raises many types for a truncated or foreign file
-        raise ConeError(f"{out / ckpt.RESUME}: corrupt resume state ({exc})") from None
+        raise InputError(f"{out / ckpt.RESUME}: corrupt resume state ({exc})") from None
     return state, load_tokenizer(out / ckpt.TOKENIZER)
 
 
@@ -203,7 +201,7 @@ def train(
     if cfg.block_size != model_cfg.block_size:
         cfg = replace(cfg, block_size=model_cfg.block_size)
     if not resume and (out / ckpt.CONFIG).exists():
-        raise ConeError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
+        raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
     state, tokenizer = _load_resume(out, cfg, model_cfg) if resume else (None, None)
     tokenizer, streams = prepare_data(files, model_cfg.vocab_size, tokenizer, model_cfg.block_size)
     torch.manual_seed(cfg.seed)
@@ -232,7 +230,6 @@ def train(
         )
 
     out.mkdir(parents=True, exist_ok=True)
-    log = (out / ckpt.LOG).open("a", encoding="utf-8")
     bar = tqdm(
         total=cfg.steps * cfg.tokens_per_step,
         initial=step * cfg.tokens_per_step,
@@ -244,34 +241,31 @@ def train(
     window: list[float] = []
     started, started_step = time.perf_counter(), step
     model.train()
-    try:
-        while step < cfg.steps:
-            x = batch(streams.train, cfg.batch_size, cfg.block_size, cfg.seed, step)
-            ce, reg_value = train_step(model, opt, cfg, x, step)
-            window.append(ce)
-            step += 1
-            bar.update(cfg.tokens_per_step)
-            bar.set_postfix(loss=f"{ce:.3f}")
-            if step % cfg.eval_interval == 0 or step == cfg.steps:
-                elapsed = time.perf_counter() - started
-                record = {
-                    "step": step,
-                    "tokens": step * cfg.tokens_per_step,
-                    "train_loss": float(np.mean(window)),
-                    "reg_cos": reg_value,
-                    "lr": learning_rate(cfg, step - 1),
-                    **evaluate(model, cfg, streams),
-                    "tokens_per_s": (step - started_step) * cfg.tokens_per_step / max(elapsed, 1e-9),
-                }
-                log.write(json.dumps(record) + "\n")
-                log.flush()
-                window = []
-                save(step)
-    except KeyboardInterrupt:
-        save(step)
-        bar.close()
-        log.close()
-        raise
-    bar.close()
-    log.close()
+    with (out / ckpt.LOG).open("a", encoding="utf-8") as log, bar:
+        try:
+            while step < cfg.steps:
+                x = batch(streams.train, cfg.batch_size, cfg.block_size, cfg.seed, step)
+                ce, reg_value = train_step(model, opt, cfg, x, step)
+                window.append(ce)
+                step += 1
+                bar.update(cfg.tokens_per_step)
+                bar.set_postfix(loss=f"{ce:.3f}")
+                if step % cfg.eval_interval == 0 or step == cfg.steps:
+                    elapsed = time.perf_counter() - started
+                    record = {
+                        "step": step,
+                        "tokens": step * cfg.tokens_per_step,
+                        "train_loss": float(np.mean(window)),
+                        "reg_cos": reg_value,
+                        "lr": learning_rate(cfg, step - 1),
+                        **evaluate(model, cfg, streams),
+                        "tokens_per_s": (step - started_step) * cfg.tokens_per_step / max(elapsed, 1e-9),
+                    }
+                    log.write(json.dumps(record) + "\n")
+                    log.flush()
+                    window = []
+                    save(step)
+        except KeyboardInterrupt:
+            save(step)  # Ctrl-C keeps the work done; the log and the bar close on the way out either way
+            raise
     return out

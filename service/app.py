@@ -13,10 +13,9 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from cone import __version__
-from encoders.registry import REFERENCE_CHECKPOINTS
-from service.plots import histogram_png
-from service.registry import Entry, Registry
-from service.schemas import (
+from cone.service.plots import histogram_png
+from cone.service.registry import Entry, Registry
+from cone.service.schemas import (
     CompareResponse,
     ErrorResponse,
     GeometryResponse,
@@ -57,17 +56,17 @@ def find_entry(registry: Registry, name: str, need_index: bool = True) -> Entry:
 
 
 def info(entry: Entry) -> ModelInfo:
-    m = entry.manifest or {}
+    m = entry.manifest
     return ModelInfo(
         name=entry.name,
-        model=m.get("model"),
+        model=m and m.model,
         available=entry.available,
         reason=entry.reason,
-        dim=m.get("dim"),
-        n_docs=m.get("n_docs"),
-        postprocess=m.get("postprocess"),
-        metric=m.get("metric"),
-        geometry=m.get("geometry"),
+        dim=m and m.dim,
+        n_docs=m and m.n_docs,
+        postprocess=m and m.postprocess,
+        metric=m and m.metric,
+        geometry=m and m.geometry,
     )
 
 
@@ -77,16 +76,16 @@ def search_entry(entry: Entry, q: str, k: int) -> SearchResponse:
         model=entry.name,
         query=q,
         k=k,
-        metric=entry.manifest["metric"],
+        metric=entry.manifest.metric,
         hits=[{"doc_id": h["id"], **h} for h in hits],
         spread=spread,
     )
 
 
 def histogram_of(entry: Entry) -> Histogram:
-    summary = (entry.manifest or {}).get("random_pair_cosines")
+    summary = entry.manifest and entry.manifest.random_pair_cosines
     if summary is None:
-        detail = "BM25 scores are not cosines" if entry.manifest and entry.manifest["kind"] == "bm25" else None
+        detail = "BM25 scores are not cosines" if entry.manifest and entry.manifest.kind == "bm25" else None
         raise HTTPException(409, f"model {entry.name!r} has no cosine histogram: {detail or 'rebuild its index'}")
     return Histogram(name=entry.name, **summary["histogram"], **{k: v for k, v in summary.items() if k != "histogram"})
 
@@ -135,7 +134,7 @@ def histogram(
     if model is not None:
         found = [histogram_of(find_entry(registry, model, need_index=False))]
     else:
-        dense = [e for e in registry.entries.values() if e.manifest and "random_pair_cosines" in e.manifest]
+        dense = [e for e in registry.entries.values() if e.manifest and e.manifest.random_pair_cosines]
         found = [histogram_of(e) for e in dense]
     if format == "json":
         return JSONResponse(HistogramsResponse(histograms=found).model_dump())
@@ -146,10 +145,10 @@ def histogram(
 def geometry(registry: RegistryDep, model: str) -> GeometryResponse:
     """Every instrument of geometry/ on this index's vectors."""
     entry = find_entry(registry, model, need_index=False)
-    m = entry.manifest or {}
-    if "geometry" not in m:
+    m = entry.manifest
+    if m is None or m.geometry is None:
         raise HTTPException(409, f"model {model!r} has no geometry: {entry.reason or 'BM25 has no vectors'}")
-    return GeometryResponse(name=entry.name, geometry=m["geometry"], geometry_raw=m["geometry_raw"])
+    return GeometryResponse(name=entry.name, geometry=m.geometry, geometry_raw=m.geometry_raw)
 
 
 @router.get("/healthz", response_model=Status)
@@ -180,7 +179,7 @@ def page() -> FileResponse:
     return FileResponse(PAGE, media_type="text/html")
 
 
-def create_app(indexes: Path, checkpoints: Path = REFERENCE_CHECKPOINTS, load_in_background: bool = True) -> FastAPI:
+def create_app(indexes: Path, checkpoints: Path | None = None, load_in_background: bool = True) -> FastAPI:
     """The app over every index in ``indexes``; /readyz turns ready once they are loaded."""
     registry = Registry(indexes, checkpoints)
 

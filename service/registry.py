@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cone.errors import ConeError
-from encoders.base import ModelUnavailable
-from encoders.registry import MODEL_NAMES, REFERENCE_CHECKPOINTS, missing
-from indexing import store
-from indexing.open import open_index
+from cone.encoders.registry import MODEL_NAMES, missing
+from cone.errors import ConeError, ModelUnavailable
+from cone.indexing import store
+from cone.indexing.index import Index
+from cone.indexing.open import open_index
 
 # The spread covers the whole corpus up to this size (all of SciFact); beyond it, a search with k = corpus size
 # would cost every query a full scan, so the spread is that of the highest-scoring SPREAD_DOCS documents.
@@ -28,8 +28,8 @@ class Entry:
     """One model's index (or why there is none). ``lock`` guards encoders that are not re-entrant."""
 
     name: str
-    manifest: dict | None
-    index: object | None = None
+    manifest: store.Manifest | None
+    index: Index | None = None
     reason: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -40,13 +40,9 @@ class Entry:
     def search(self, query: str, k: int) -> tuple[list[dict], dict[str, float]]:
         """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns."""
         with self.lock:
-            scores, rows = self.index.search([query], max(k, min(len(self.index.docs), SPREAD_DOCS)))
-        valid = rows[0] >= 0
-        scores, rows = scores[0][valid], rows[0][valid]
-        hits = [
-            {**self.index.docs[int(r)], "rank": rank, "score": float(s)}
-            for rank, (s, r) in enumerate(zip(scores[:k], rows[:k], strict=True), start=1)
-        ]
+            found = self.index.search([query], max(k, min(len(self.index.docs), SPREAD_DOCS))).hits(0)
+        scores = np.array([hit.score for hit in found])
+        hits = [{**self.index.docs[hit.row], "rank": rank, "score": hit.score} for rank, hit in enumerate(found[:k], 1)]
         spread = {
             "min": float(scores.min()),
             "median": float(np.median(scores)),
@@ -56,7 +52,7 @@ class Entry:
         return hits, spread
 
 
-def _unavailable_model(name: str, folder: Path, checkpoints: Path) -> Entry:
+def _unavailable_model(name: str, folder: Path, checkpoints: Path | None) -> Entry:
     # Only the files are looked at: loading an encoder to explain a missing index would cost start-up time.
     absent = missing(name, checkpoints)
     if absent is not None:
@@ -68,7 +64,7 @@ def _unavailable_model(name: str, folder: Path, checkpoints: Path) -> Entry:
     )
 
 
-def load_entries(folder: Path, checkpoints: Path = REFERENCE_CHECKPOINTS) -> dict[str, Entry]:
+def load_entries(folder: Path, checkpoints: Path | None = None) -> dict[str, Entry]:
     """Every index under ``folder``; a corrupt or mismatched one becomes an unavailable entry with its reason."""
     entries: dict[str, Entry] = {}
     encoders: dict = {}  # one loaded encoder per model, shared by its indexes (and so is its lock)
@@ -77,14 +73,14 @@ def load_entries(folder: Path, checkpoints: Path = REFERENCE_CHECKPOINTS) -> dic
         manifest = None
         try:
             manifest = store.read_manifest(path)
-            index = open_index(path, checkpoints, encoders=encoders)
+            index = open_index(path, checkpoints, encoders=encoders, manifest=manifest)
             lock = locks.setdefault(id(getattr(index, "encoder", index)), threading.Lock())
             entries[path.name] = Entry(path.name, manifest, index=index, lock=lock)
         except ModelUnavailable as exc:
             entries[path.name] = Entry(path.name, manifest, reason=exc.explanation)
         except ConeError as exc:
             entries[path.name] = Entry(path.name, manifest, reason=str(exc))
-    built = {e.manifest["model"] for e in entries.values() if e.manifest}
+    built = {e.manifest.model for e in entries.values() if e.manifest}
     for name in MODEL_NAMES:
         if name not in built and name not in entries:
             entries[name] = _unavailable_model(name, Path(folder), checkpoints)
@@ -94,8 +90,8 @@ def load_entries(folder: Path, checkpoints: Path = REFERENCE_CHECKPOINTS) -> dic
 class Registry:
     """The current set of entries, readiness, and atomic reload."""
 
-    def __init__(self, folder: Path, checkpoints: Path = REFERENCE_CHECKPOINTS) -> None:
-        self.folder, self.checkpoints = Path(folder), Path(checkpoints)
+    def __init__(self, folder: Path, checkpoints: Path | None = None) -> None:
+        self.folder, self.checkpoints = Path(folder), checkpoints
         self.entries: dict[str, Entry] = {}
         self.ready = threading.Event()
         self._reload_lock = threading.Lock()

@@ -6,7 +6,7 @@ import re
 
 from pydantic import BaseModel, Field, field_validator
 
-from service.registry import SPREAD_DOCS
+from cone.service.registry import SPREAD_DOCS
 
 MAX_QUERY_CHARS = 1000
 MAX_K = 100

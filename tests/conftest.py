@@ -87,9 +87,9 @@ def tiny_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_checkpoints(tiny_corpus, tmp_path_factory) -> Path:
     """CHECKPOINTS/baseline and CHECKPOINTS/regularized: tiny LMs trained for a few steps by `train`."""
-    from tiny import TINY, tiny_cfg
+    from cone.models.train import train
 
-    from models.train import train
+    from tiny import TINY, tiny_cfg
 
     root = tmp_path_factory.mktemp("checkpoints")
     for name, reg in (("baseline", 0.0), ("regularized", 1.0)):

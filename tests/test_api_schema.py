@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from tiny import build_tiny_indexes
 
-from service.app import create_app
+from cone.service.app import create_app
+
+from tiny import build_tiny_indexes
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from tiny import build_tiny_indexes
 
-from service.app import create_app
-from service.local import free_port, wait_ready
+from cone.service.app import create_app
+
+from local_service import free_port, wait_ready
+from tiny import build_tiny_indexes
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [

@@ -6,11 +6,10 @@ import json
 
 import pytest
 
-from encoders.registry import REFERENCE_CHECKPOINTS
-from models.analysis import checkpoint_report
-from models.checkpoint import WEIGHTS, load_checkpoint
+from cone.models.analysis import checkpoint_report
+from cone.models.checkpoint import WEIGHTS, checkpoints_dir, load_checkpoint
 
-BASE, REG = REFERENCE_CHECKPOINTS / "baseline", REFERENCE_CHECKPOINTS / "regularized"
+BASE, REG = checkpoints_dir() / "baseline", checkpoints_dir() / "regularized"
 
 
 def _config(path):

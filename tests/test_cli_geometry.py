@@ -40,11 +40,24 @@ def test_vectors_bad_input_one_line_exit_2(tmp_path, capsys, array):
 
 
 def test_missing_and_garbage_files_no_traceback(tmp_path):
-    garbage = tmp_path / "g.npy"
+    garbage, empty = tmp_path / "g.npy", tmp_path / "empty.npy"
     garbage.write_bytes(b"not numpy")
-    for target in (tmp_path / "missing.npy", garbage):
+    empty.write_bytes(b"")
+    for target in (tmp_path / "missing.npy", garbage, empty):
         run = subprocess.run(
             [sys.executable, "-m", "cone", "geometry", "vectors", str(target)], capture_output=True, text=True
         )
         assert run.returncode == 2
         assert "Traceback" not in run.stderr and run.stderr.startswith("cone: error:")
+
+
+def test_help_documents_the_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "exit codes:" in out and "2 bad input" in out and "3 a model's weights" in out
+
+
+def test_a_reference_checkpoint_is_found_by_name(tiny_checkpoints, capsys):
+    assert main(["geometry", "checkpoint", "baseline", "--checkpoints", str(tiny_checkpoints), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint"] == str(tiny_checkpoints / "baseline")

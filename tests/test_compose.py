@@ -41,7 +41,9 @@ def test_api_waits_for_index_and_serves_its_volume(compose):
     assert all(port.startswith("127.0.0.1:") for port in api["ports"])
 
 
-def test_dockerfile_installs_the_pinned_cpu_torch():
+def test_dockerfile_installs_the_pinned_cpu_torch_and_the_wheel():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "torch==2.13.0" in dockerfile and "download.pytorch.org/whl/cpu" in dockerfile
-    assert "pip install ." in dockerfile
+    # The install path tests/test_install.py runs for real: build the wheel, install the wheel (not the source tree).
+    assert "pip wheel --no-deps" in dockerfile and "pip install /dist/cone-*.whl" in dockerfile
+    assert "pip install ." not in dockerfile and "pip install -e" not in dockerfile

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from cone.cli import main
-from eval import metrics
-from eval.harness import load_eval_data, run_eval
-from geometry import pair_cosines, spread
+from cone.eval import metrics
+from cone.eval.harness import load_eval_data, run_eval
+from cone.geometry import pair_cosines, spread
 
 SCHEMA_METRICS = {
     "ndcg_at_10",
@@ -167,8 +167,8 @@ def test_minilm_reproduces_published_scifact_and_stsb(data_dir, tmp_path):
     """The metrics and loaders are right only if all-MiniLM-L6-v2 gives its published figures."""
     data = load_eval_data(data_dir, "scifact")
     (result,) = run_eval(["minilm"], ["none"], data, tmp_path / "indexes", progress=False)
-    assert result["metrics"]["ndcg_at_10"] == pytest.approx(0.645, abs=0.005)
-    assert result["metrics"]["stsb_spearman"] == pytest.approx(0.820, abs=0.005)
+    assert result.metrics["ndcg_at_10"] == pytest.approx(0.645, abs=0.005)
+    assert result.metrics["stsb_spearman"] == pytest.approx(0.820, abs=0.005)
 
 
 def test_demo_builds_then_reuses_indexes_and_report(shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
@@ -192,5 +192,5 @@ def test_lm_layer_is_evaluated_through_its_own_index(shared_tiny_beir, tiny_chec
         ["baseline", "bm25"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False, lm_layer="emb"
     )
     emb, bm25 = results
-    assert emb["layer"] == "emb" and emb["index"] == "baseline-layeremb" and emb["available"]
-    assert bm25["layer"] == "last"
+    assert emb.layer == "emb" and emb.index == "baseline-layeremb" and emb.available
+    assert bm25.layer == "last"

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from geometry import (
-    GeometryInputError,
+from cone.errors import InputError
+from cone.geometry import (
     anisotropy,
     decorrelation,
     effective_rank,
@@ -15,8 +15,8 @@ from geometry import (
     sigreg_noise_floor,
     uniformity,
 )
-from geometry.regularizer import reg_cos
-from geometry.synthetic import DISTRIBUTIONS, sample
+from cone.geometry.regularizer import reg_cos
+from cone.geometry.synthetic import DISTRIBUTIONS, sample
 
 N, D = 4096, 256
 
@@ -83,7 +83,7 @@ def test_accepts_torch_tensors():
     "bad", [np.zeros((1, 4)), np.zeros(5), np.array([["a", "b"], ["c", "d"]]), np.array([[1.0, np.nan], [0.0, 1.0]])]
 )
 def test_bad_input_is_refused(bad):
-    with pytest.raises(GeometryInputError):
+    with pytest.raises(InputError):
         measure(bad)
 
 

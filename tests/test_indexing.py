@@ -6,16 +6,15 @@ import numpy as np
 import pytest
 
 from cone.cli import main
-from cone.errors import ConeError
-from data.loaders import load_beir, load_sts
-from encoders.base import ModelUnavailable
-from encoders.registry import load_encoder, missing
-from encoders.st import ROBERTA_PATH_ENV, roberta
-from indexing import postprocess as pp
-from indexing import store
-from indexing.dense import DenseIndex, build_dense
-from indexing.lexical import BM25Index, build_bm25
-from indexing.open import open_index
+from cone.data.loaders import load_beir, load_sts
+from cone.encoders.registry import load_encoder, missing
+from cone.encoders.st import ROBERTA_PATH_ENV, roberta
+from cone.errors import ConeError, DamagedIndex, InputError, ModelUnavailable
+from cone.indexing import postprocess as pp
+from cone.indexing import store
+from cone.indexing.dense import DenseIndex, build_dense
+from cone.indexing.lexical import BM25Index, build_bm25
+from cone.indexing.open import open_index
 
 
 @pytest.fixture(autouse=True)
@@ -68,14 +67,14 @@ def test_tiny_roberta_end_to_end(tiny_beir, tiny_roberta_dir, tmp_path, monkeypa
     ds = load_beir(tiny_beir, "tiny")
     folder = build_dense(enc, ds, tmp_path / "idx" / "roberta", progress=False)
     manifest = store.read_manifest(folder)
-    assert manifest["model"] == "roberta" and manifest["n_docs"] == 40 and manifest["dim"] == 32
+    assert manifest.model == "roberta" and manifest.n_docs == 40 and manifest.dim == 32
     index = open_index(folder)
-    scores, rows = index.search(["the cell protein"], 5)
+    scores = index.search(["the cell protein"], 5).scores
     assert scores.shape == (1, 5) and np.all(scores <= 1.0001) and np.all(np.diff(scores[0]) <= 1e-6)
     # A random RoBERTa is a cone: raw cosines tie near 1. Centered, a document's own text finds it first.
     centered = open_index(build_dense(enc, ds, tmp_path / "idx" / "roberta-center", "center", progress=False))
     text = f"{ds.corpus['d7']['title']} {ds.corpus['d7']['text']}"
-    assert centered.docs[centered.search([text], 1)[1][0, 0]]["id"] == "d7"
+    assert centered.search([text], 1).hits(0)[0].doc_id == "d7"
 
 
 def test_roberta_absent_is_unavailable_with_reason_and_fix(monkeypatch, tmp_path):
@@ -86,7 +85,7 @@ def test_roberta_absent_is_unavailable_with_reason_and_fix(monkeypatch, tmp_path
 
 
 def test_missing_weights_are_told_from_the_files_alone(tiny_roberta_dir, tiny_checkpoints, tmp_path, monkeypatch):
-    monkeypatch.setattr("encoders.registry.load_encoder", lambda *a, **k: pytest.fail("missing() loaded a model"))
+    monkeypatch.setattr("cone.encoders.registry.load_encoder", lambda *a, **k: pytest.fail("missing() loaded a model"))
     monkeypatch.setenv(ROBERTA_PATH_ENV, str(tmp_path / "no-such-model"))
     assert "no config.json" in missing("roberta").reason
     monkeypatch.setenv(ROBERTA_PATH_ENV, str(tiny_roberta_dir))
@@ -122,9 +121,9 @@ def test_manifest_mismatch_is_refused(tiny_beir, tiny_roberta_dir, tmp_path, mon
     enc = load_encoder("roberta")
     folder = build_dense(enc, load_beir(tiny_beir, "tiny"), tmp_path / "idx" / "roberta", progress=False)
     with pytest.raises(ConeError, match="built for model"):
-        DenseIndex(folder, enc, model="minilm")
+        open_index(folder, model="minilm")
     with pytest.raises(ConeError, match="another corpus"):
-        DenseIndex(folder, enc, corpus_fingerprint="0" * 16)
+        open_index(folder, corpus_fingerprint="0" * 16)
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["dim"] = 64
     (folder / "manifest.json").write_text(json.dumps(manifest))
@@ -151,8 +150,9 @@ def test_failed_build_leaves_previous_index_loadable(tiny_beir, tmp_path, monkey
 def test_bm25_finds_its_document(tiny_beir, tmp_path):
     ds = load_beir(tiny_beir, "tiny")
     index = BM25Index(build_bm25(ds, tmp_path / "idx" / "bm25", progress=False))
-    _, rows = index.search([ds.corpus["d5"]["text"], "zzzz"], 3)
-    assert index.docs[rows[0, 0]]["id"] == "d5"
+    found = index.search([ds.corpus["d5"]["text"], "zzzz"], 3)
+    assert found.hits(0)[0].doc_id == "d5" and found.scores[0, 0] > found.scores[0, 1]
+    assert not found.scores[1].any()  # a term no document has: every score is 0, no document is preferred
 
 
 def test_embeddings_are_cached_across_postprocessings(tiny_beir, tiny_roberta_dir, tmp_path, monkeypatch):
@@ -168,7 +168,7 @@ def test_embeddings_are_cached_across_postprocessings(tiny_beir, tiny_roberta_di
 
 
 def test_fetch_without_network_is_one_clear_error(tmp_path, capsys, monkeypatch):
-    import data.fetch as fetch
+    import cone.data.fetch as fetch
 
     monkeypatch.setitem(fetch.SOURCES, "stsb", "http://127.0.0.1:9/stsbenchmark.tsv.gz")
     assert main(["data", "fetch", "stsb", "--data-dir", str(tmp_path)]) == 2
@@ -179,7 +179,7 @@ def test_fetch_without_network_is_one_clear_error(tmp_path, capsys, monkeypatch)
 def test_stsb_install_converts_to_csv(tmp_path):
     import gzip
 
-    import data.fetch as fetch
+    import cone.data.fetch as fetch
 
     tsv = "split\tgenre\tdataset\tyear\tsid\tscore\tsentence1\tsentence2\ntest\tx\ty\t2012\t1\t2.5\tA b.\tC d.\n"
     fetch.install_stsb(gzip.compress(tsv.encode()), tmp_path)
@@ -189,7 +189,7 @@ def test_stsb_install_converts_to_csv(tmp_path):
 
 def test_bm25_query_of_stopwords_only_scores_zero(tiny_beir, tmp_path):
     index = BM25Index(build_bm25(load_beir(tiny_beir, "tiny"), tmp_path / "bm25", progress=False))
-    scores, rows = index.search(["the and of", "0"], 3)
+    scores = index.search(["the and of", "0"], 3).scores
     assert scores.shape == (2, 3) and not scores.any()
 
 
@@ -197,6 +197,69 @@ def test_approximate_index_keeps_its_search_params(tiny_beir, tmp_path, capsys):
     argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--out", str(tmp_path)]
     assert main([*argv, "--index-factory", "IVF2,Flat", "--search-params", "nprobe=2", "--no-progress"]) == 0
     index = open_index(tmp_path / "baseline")
-    assert index.manifest["search_params"] == "nprobe=2" and index.index.nprobe == 2
+    assert index.manifest.search_params == "nprobe=2" and index.faiss_index.nprobe == 2
     assert main([*argv, "--index-factory", "IVF2,Flat", "--search-params", "nonsense=1", "--no-progress"]) == 2
     assert "invalid --search-params" in capsys.readouterr().err
+
+
+@pytest.fixture()
+def dense_manifest(tiny_beir, tiny_checkpoints, tmp_path) -> dict:
+    enc = load_encoder("baseline", tiny_checkpoints)
+    folder = build_dense(enc, load_beir(tiny_beir, "tiny"), tmp_path / "idx" / "baseline", progress=False)
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def _damaged(manifest: dict, key: str, value: object) -> dict:
+    damaged = json.loads(json.dumps(manifest))
+    *path, last = key.split(".")
+    holder = damaged
+    for part in path:
+        holder = holder[part]
+    if value is KeyError:
+        del holder[last]
+    else:
+        holder[last] = value
+    return damaged
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("encoder_fingerprint", KeyError, "lacks 'encoder_fingerprint'"),
+        ("metric", KeyError, "lacks 'metric'"),
+        ("geometry_raw", KeyError, "lacks 'geometry_raw'"),
+        ("kind", "sparse", "not one of dense, bm25"),
+        ("n_docs", True, "not int"),
+        ("n_docs", -1, "'n_docs' is -1"),
+        ("dim", "x", "not int"),
+        ("geometry.anisotropy", "high", "non-numeric 'anisotropy'"),
+        ("random_pair_cosines.histogram.counts", [1, 2], "edges one longer than counts"),
+        ("random_pair_cosines.mean", None, "non-numeric 'mean'"),
+    ],
+)
+def test_a_damaged_manifest_is_one_clear_error_naming_the_key(dense_manifest, tmp_path, key, value, message):
+    with pytest.raises(DamagedIndex, match=message):
+        store.Manifest.from_dict(_damaged(dense_manifest, key, value), tmp_path / "manifest.json")
+
+
+def test_a_whole_manifest_reads_back_as_it_was_written(dense_manifest, tmp_path):
+    manifest = store.Manifest.from_dict(dense_manifest, tmp_path / "manifest.json")
+    assert manifest.to_dict() == dense_manifest and manifest.kind == "dense" and manifest.dim == 32
+
+
+def test_search_accepts_the_encoders_raw_vectors_as_well_as_texts(tiny_beir, tiny_checkpoints, tmp_path):
+    enc = load_encoder("baseline", tiny_checkpoints)
+    ds = load_beir(tiny_beir, "tiny")
+    index = open_index(build_dense(enc, ds, tmp_path / "b", "whiten", progress=False), tiny_checkpoints)
+    texts = [ds.queries["q1"], ds.queries["q4"]]
+    by_text, by_vector = index.search(texts, 5), index.search(enc.encode(texts), 5)
+    assert np.array_equal(by_text.rows, by_vector.rows) and np.allclose(by_text.scores, by_vector.scores)
+    assert by_text.run(["q1", "q4"]) == {
+        q: {h.doc_id: h.score for h in by_text.hits(i)} for i, q in enumerate(["q1", "q4"])
+    }
+    assert [h.doc_id for h in by_text.hits(0)] == [index.docs.ids[r] for r in by_text.rows[0]]
+    with pytest.raises(InputError, match="shape"):
+        index.search(np.zeros((1, 7), dtype=np.float32), 3)
+    bm25 = BM25Index(build_bm25(ds, tmp_path / "bm25", progress=False))
+    with pytest.raises(InputError, match="texts, not vectors"):
+        bm25.search(enc.encode(texts), 3)

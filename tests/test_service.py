@@ -1,28 +1,35 @@
 from __future__ import annotations
 
+import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from tiny import build_tiny_indexes
 
-from data.loaders import load_beir
-from encoders.registry import load_encoder
-from indexing.dense import build_dense
-from service.app import ADMIN_KEY_ENV, create_app
-from service.schemas import MAX_QUERY_CHARS
+from cone.data.loaders import load_beir
+from cone.encoders.registry import load_encoder
+from cone.indexing.dense import build_dense
+from cone.service.app import ADMIN_KEY_ENV, create_app
+from cone.service.schemas import MAX_QUERY_CHARS
+
+from tiny import build_tiny_indexes
 
 
 @pytest.fixture(scope="module")
 def index_dir(shared_tiny_beir, tiny_checkpoints, tmp_path_factory) -> Path:
-    """baseline, baseline-center, regularized, bm25, and 'broken': a baseline index with a truncated FAISS file."""
+    """baseline, baseline-center, regularized, bm25, 'broken' (a baseline index with a truncated FAISS file) and
+    'unsigned' (one whose manifest is valid JSON but lacks its encoder fingerprint)."""
     root = tmp_path_factory.mktemp("indexes")
     dense = [("baseline", "none"), ("baseline", "center"), ("regularized", "none")]
     build_tiny_indexes(root, shared_tiny_beir, tiny_checkpoints, dense)
     shutil.copytree(root / "baseline", root / "broken")
     (root / "broken" / "index.faiss").write_bytes(b"not a faiss index")
+    shutil.copytree(root / "baseline", root / "unsigned")
+    manifest = json.loads((root / "unsigned" / "manifest.json").read_text())
+    del manifest["encoder_fingerprint"]
+    (root / "unsigned" / "manifest.json").write_text(json.dumps(manifest))
     return root
 
 
@@ -40,6 +47,7 @@ def test_models_report_availability_with_reasons(client):
     models = {m["name"]: m for m in client.get("/models").json()["models"]}
     assert {"baseline", "baseline-center", "regularized", "bm25"} <= {n for n, m in models.items() if m["available"]}
     assert not models["broken"]["available"] and "corrupt index files" in models["broken"]["reason"]
+    assert not models["unsigned"]["available"] and "lacks 'encoder_fingerprint'" in models["unsigned"]["reason"]
     assert not models["roberta"]["available"] and "CONE_ROBERTA_PATH" in models["roberta"]["reason"]
     base = models["baseline"]
     assert base["dim"] == 32 and base["n_docs"] == 40 and base["postprocess"] == "none"
@@ -62,7 +70,7 @@ def test_spread_covers_the_whole_corpus_up_to_its_cap(client, monkeypatch):
     params = {"model": "baseline", "q": "cell protein expression", "k": 5}
     whole = client.get("/search", params=params).json()["spread"]
     assert whole["n"] == 40
-    monkeypatch.setattr("service.registry.SPREAD_DOCS", 8)
+    monkeypatch.setattr("cone.service.registry.SPREAD_DOCS", 8)
     capped = client.get("/search", params=params).json()["spread"]
     assert capped["n"] == 8 and capped["max"] == pytest.approx(whole["max"]) and capped["min"] > whole["min"]
 
@@ -160,11 +168,11 @@ def test_admin_reload_is_off_without_a_key_and_swaps_atomically(
     ds = load_beir(shared_tiny_beir, "tiny")
     build_dense(load_encoder("regularized", tiny_checkpoints), ds, index_dir / "regularized", "center", progress=False)
     assert client.get("/search", params={"model": "regularized", "q": "cell"}).status_code == 200
-    assert registry.entries["regularized"].manifest["postprocess"] == "none"
+    assert registry.entries["regularized"].manifest.postprocess == "none"
     response = client.post("/admin/reload", headers={"X-API-Key": "s3cret"})
     assert response.status_code == 200 and response.json()["available"] >= 4
     assert registry.entries is not old_entries
-    assert registry.entries["regularized"].manifest["postprocess"] == "center"
+    assert registry.entries["regularized"].manifest.postprocess == "center"
     hits, _ = old.search("cell", 2)  # a request that still holds the old entry completes on it
     assert len(hits) == 2
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from data.loaders import load_beir, load_sts
-from models.corpus import default_corpus_files, read_documents, split
+from cone.data.loaders import load_beir, load_sts
+from cone.models.corpus import default_corpus_files, read_documents, split
 
 
 def test_scifact_test_split_as_published(data_dir):

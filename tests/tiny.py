@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from models.gpt import GPTConfig
-from models.train import TrainConfig
+from cone.models.gpt import GPTConfig
+from cone.models.train import TrainConfig
 
 TINY = GPTConfig(vocab_size=300, n_embd=32, n_layer=2, n_head=2, block_size=16)
 
@@ -26,11 +26,11 @@ def tiny_cfg(reg: float, tokens: int = 8 * 16 * 24, eval_interval: int = 6) -> T
 
 def build_tiny_indexes(root, beir_root, checkpoints, dense: list[tuple[str, str]]):
     """Index folders over the tiny BEIR dataset: ``dense`` (model, post-processing) pairs, then bm25."""
-    from data.loaders import load_beir
-    from encoders.registry import load_encoder
-    from indexing import store
-    from indexing.dense import build_dense
-    from indexing.lexical import build_bm25
+    from cone.data.loaders import load_beir
+    from cone.encoders.registry import load_encoder
+    from cone.indexing import store
+    from cone.indexing.dense import build_dense
+    from cone.indexing.lexical import build_bm25
 
     ds = load_beir(beir_root, "tiny")
     for model, spec in dense:

@@ -7,17 +7,15 @@ from pathlib import Path
 
 import numpy as np
 
-from cone.errors import ConeError
+from cone.cli.options import add_checkpoints_option
+from cone.errors import InputError
+from cone.geometry import INSTRUMENTS, measure
+from cone.geometry.synthetic import synthetic_report
 from cone.output import dump_json, table
-from geometry.instruments import measure, sigreg_noise_floor
-from geometry.synthetic import DISTRIBUTIONS, sample
 
-COLUMNS = [
+SYNTHETIC_COLUMNS = [
     "distribution",
-    "anisotropy",
-    "decorrelation",
-    "effective_rank",
-    "sigreg",
+    *INSTRUMENTS,
     "sigreg_x_floor",
     "sigreg_centered",
     "mean_vector_ratio",
@@ -25,6 +23,7 @@ COLUMNS = [
     "uniformity",
 ]
 VECTOR_COLUMNS = ["instrument", "value"]
+LOGIT_COLUMNS = ["prompt", "unseen_percentile", "random_percentile", "unseen_logit_mean", "random_logit_mean"]
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -62,75 +61,73 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Every instrument on the checkpoint's embedding table, the "
         "norms of tokens never seen in training vs seen ones, and the logit test.",
     )
-    checkpoint.add_argument("path", type=Path, help="checkpoint folder written by `cone train`")
+    checkpoint.add_argument(
+        "path", type=Path, help="checkpoint folder written by `cone train`, or baseline / regularized (the references)"
+    )
+    add_checkpoints_option(checkpoint)
     checkpoint.add_argument("--json", action="store_true", help="print JSON instead of a table")
     checkpoint.set_defaults(handler=run_checkpoint)
 
 
-def synthetic_report(n: int, d: int, seed: int) -> dict:
-    if n < 2 or d < 2:
-        raise ConeError("--n and --d must both be at least 2")
-    return {
-        "noise_floor": sigreg_noise_floor(n, d),
-        "distributions": {name: measure(sample(name, n, d, seed), with_centered=True) for name in DISTRIBUTIONS},
-    }
+def render_synthetic(report: dict) -> str:
+    rows = [{"distribution": name, **values} for name, values in report["distributions"].items()]
+    some = next(iter(report["distributions"].values()))
+    floor = f"SigReg noise floor (N(0, I) sample, N={some['n']:.0f}, d={some['d']:.0f}): {report['noise_floor']:.3e}"
+    return f"{table(rows, SYNTHETIC_COLUMNS)}\n\n{floor}"
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
     report = synthetic_report(args.n, args.d, args.seed)
-    if args.json:
-        print(dump_json(report))
-        return 0
-    rows = [{"distribution": name, **values} for name, values in report["distributions"].items()]
-    print(table(rows, COLUMNS))
-    print(f"\nSigReg noise floor (N(0, I) sample, N={args.n}, d={args.d}): {report['noise_floor']:.3e}")
+    print(dump_json(report) if args.json else render_synthetic(report))
     return 0
 
 
 def load_matrix(path: Path) -> np.ndarray:
     if not path.is_file():
-        raise ConeError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     try:
         return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise ConeError(f"{path}: not a readable .npy array ({exc})") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"{path}: not a readable .npy array ({exc or 'empty file'})") from None
+
+
+def instrument_table(values: dict) -> str:
+    return table([{"instrument": k, "value": v} for k, v in values.items()], VECTOR_COLUMNS)
 
 
 def run_vectors(args: argparse.Namespace) -> int:
     values = measure(load_matrix(args.file))
-    if args.json:
-        print(dump_json(values))
-    else:
-        print(table([{"instrument": k, "value": v} for k, v in values.items()], VECTOR_COLUMNS))
+    print(dump_json(values) if args.json else instrument_table(values))
     return 0
 
 
-def run_checkpoint(args: argparse.Namespace) -> int:
-    from models.analysis import checkpoint_report  # torch import only when needed
-
-    report = checkpoint_report(args.path)
-    if args.json:
-        print(dump_json(report))
-        return 0
-    print(
+def render_checkpoint(report: dict) -> str:
+    lines = [
         f"checkpoint {report['checkpoint']}: step {report['step']}, {report['tokens_seen']} tokens, "
-        f"reg_cos λ={report['reg_cos']}"
-    )
-    print(table([{"instrument": k, "value": v} for k, v in report["table"].items()], VECTOR_COLUMNS))
-    print(f"\ntokens seen in training: {report['n_seen']}, never seen: {report['n_unseen']}")
-    print(
-        f"mean norm seen {report['seen_norm_mean']:.4f}, unseen {report['unseen_norm_mean']:.4f}, "
-        f"ratio {report['unseen_seen_norm_ratio']:.2f}×"
-    )
+        f"reg_cos λ={report['reg_cos']}",
+        instrument_table(report["table"]),
+        f"\ntokens seen in training: {report['n_seen']}, never seen: {report['n_unseen']}",
+    ]
+    if report["n_unseen"]:
+        lines.append(
+            f"mean norm seen {report['seen_norm_mean']:.4f}, unseen {report['unseen_norm_mean']:.4f}, "
+            f"ratio {report['unseen_seen_norm_ratio']:.2f}×"
+        )
     logit = report["logit_test"]
     if logit:
-        rows = [{k: v for k, v in p.items()} for p in logit["prompts"]]
-        print("\nlogit test (percentile of the logit in the vocabulary; random tokens ~0.5):")
-        print(
-            table(rows, ["prompt", "unseen_percentile", "random_percentile", "unseen_logit_mean", "random_logit_mean"])
-        )
-        print(
-            f"unseen below random on {logit['unseen_below_random_prompts']}/{len(rows)} prompts; "
-            f"cos(mean unseen row, mean hidden state) = {logit['cos_unseen_mean_vs_hidden']:.4f}"
-        )
+        lines += [
+            "\nlogit test (percentile of the logit in the vocabulary; random tokens ~0.5):",
+            table(logit["prompts"], LOGIT_COLUMNS),
+            f"unseen below random on {logit['unseen_below_random_prompts']}/{len(logit['prompts'])} prompts; "
+            f"cos(mean unseen row, mean hidden state) = {logit['cos_unseen_mean_vs_hidden']:.4f}",
+        ]
+    return "\n".join(lines)
+
+
+def run_checkpoint(args: argparse.Namespace) -> int:
+    from cone.models.analysis import checkpoint_report  # torch is imported only when a checkpoint is measured
+    from cone.models.checkpoint import resolve_checkpoint
+
+    report = checkpoint_report(resolve_checkpoint(args.path, args.checkpoints))
+    print(dump_json(report) if args.json else render_checkpoint(report))
     return 0

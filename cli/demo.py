@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from data.loaders import add_data_dir_option, data_dir
-from encoders.registry import MODEL_NAMES, add_checkpoints_option
-from eval import cli as eval_cli
-from geometry.cli import run_checkpoint, run_synthetic
-from service.cli import DEFAULT_HOST, DEFAULT_PORT, serve
+from cone.cli.eval import evaluate_and_report, summary
+from cone.cli.geometry import render_checkpoint, render_synthetic
+from cone.cli.options import add_checkpoints_option, add_data_dir_option, add_progress_option, comma_list
+from cone.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve
+from cone.data.loaders import data_dir
+from cone.encoders.registry import LM_MODELS, MODEL_NAMES, missing
+from cone.eval.harness import load_eval_data
+from cone.geometry.synthetic import synthetic_report
+from cone.models.checkpoint import checkpoints_dir
 
 DEFAULT_OUT = Path("runs/demo")
 DEFAULT_POSTPROCESS = "none,center,whiten"
@@ -28,36 +32,36 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"where indexes and the report go (default {DEFAULT_OUT})"
     )
-    p.add_argument("--models", default=",".join(MODEL_NAMES), help="comma list (default every model)")
-    p.add_argument("--postprocess", default=DEFAULT_POSTPROCESS, help=f"default {DEFAULT_POSTPROCESS}")
+    p.add_argument("--models", type=comma_list, default=list(MODEL_NAMES), help="comma list (default every model)")
+    p.add_argument(
+        "--postprocess", type=comma_list, default=comma_list(DEFAULT_POSTPROCESS), help=f"default {DEFAULT_POSTPROCESS}"
+    )
     add_checkpoints_option(p)
     p.add_argument("--quick", action="store_true", help="evaluate the quick subset (minutes; see docs/eval.md)")
     p.add_argument("--host", default=DEFAULT_HOST)
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--no-serve", action="store_true", help="stop after the report instead of starting the service")
-    p.add_argument("--no-progress", action="store_true")
+    add_progress_option(p)
     p.set_defaults(handler=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from cone.models.analysis import checkpoint_report  # torch is imported only when a checkpoint is measured
+
     print("== 1. The instruments on five synthetic distributions (cone geometry synthetic) ==")
-    run_synthetic(argparse.Namespace(n=4096, d=256, seed=0, json=False))
-    for name in ("baseline", "regularized"):
-        path = args.checkpoints / name
+    print(render_synthetic(synthetic_report()))
+    for name in LM_MODELS:
+        path = checkpoints_dir(args.checkpoints) / name
         print(f"\n== 2. The {name} language model's embedding table (cone geometry checkpoint {path}) ==")
-        if (path / "config.json").is_file():
-            run_checkpoint(argparse.Namespace(path=path, json=False))
-        else:
-            print(f"not available: no checkpoint at {path} (train one with `cone train --out {path}`)")
+        absent = missing(name, args.checkpoints)
+        print(f"not available: {absent.explanation}" if absent else render_checkpoint(checkpoint_report(path)))
     out = args.out / args.dataset
     print(f"\n== 3. Indexes for every model and the eval report ({out}) ==", flush=True)
-    argv = ["--dataset", args.dataset, "--models", args.models, "--postprocess", args.postprocess]
-    argv += ["--data-dir", str(data_dir(args.data_dir)), "--out", str(out / "eval"), "--indexes", str(out / "indexes")]
-    argv += ["--checkpoints", str(args.checkpoints)] + ["--quick"] * args.quick + ["--no-progress"] * args.no_progress
-    eval_parser = argparse.ArgumentParser(prog="cone demo (eval step)")
-    eval_cli.add_arguments(eval_parser)
-    eval_args = eval_parser.parse_args(argv)
-    eval_cli.run_eval_command(eval_args)
+    data = load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick)
+    _, files, results = evaluate_and_report(
+        data, args.models, args.postprocess, out / "eval", out / "indexes", args.checkpoints, not args.no_progress
+    )
+    print(summary(results, files))
     if args.no_serve:
         return 0
     print("\n== 4. The search service (Ctrl-C stops it) ==")

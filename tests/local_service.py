@@ -1,12 +1,10 @@
-"""Starting a service on this machine from code: a free loopback port, and waiting for /readyz."""
+"""Test helpers (also used by benchmarks/load_bench.py): a free loopback port, and waiting for /readyz."""
 
 from __future__ import annotations
 
 import socket
 import time
 import urllib.request
-
-from cone.errors import ConeError
 
 
 def free_port() -> int:
@@ -16,7 +14,7 @@ def free_port() -> int:
 
 
 def wait_ready(url: str, timeout: float = 300) -> None:
-    """Poll ``url``/readyz until it answers 200 (every index loaded); ConeError after ``timeout`` seconds."""
+    """Poll ``url``/readyz until it answers 200 (every index loaded); TimeoutError after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -26,4 +24,4 @@ def wait_ready(url: str, timeout: float = 300) -> None:
         except OSError:  # not listening yet, or 503 while the indexes load
             pass
         time.sleep(0.1)
-    raise ConeError(f"service at {url} not ready after {timeout:.0f} s")
+    raise TimeoutError(f"service at {url} not ready after {timeout:.0f} s")

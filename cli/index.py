@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from data.loaders import add_data_dir_option, data_dir, load_beir
-from encoders.base import ModelUnavailable
-from encoders.registry import MODEL_NAMES, add_checkpoints_option, load_encoder
-from indexing import postprocess as pp
-from indexing import store
-from indexing.dense import DEFAULT_FACTORY, build_dense
-from indexing.lexical import build_bm25
-
-
-def layer_arg(text: str) -> str | int:
-    return text if text in ("last", "emb") else int(text)
+from cone.cli.options import add_checkpoints_option, add_data_dir_option, add_progress_option, layer
+from cone.data.loaders import data_dir, load_beir
+from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
+from cone.errors import InputError
+from cone.indexing import postprocess as pp
+from cone.indexing import store
+from cone.indexing.dense import DEFAULT_FACTORY, build_dense
+from cone.indexing.lexical import build_bm25
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -43,29 +39,24 @@ def register(commands: argparse._SubParsersAction) -> None:
         default="",
         help="FAISS search-time parameters kept in the manifest, e.g. nprobe=32 (IVF) or efSearch=128 (HNSW)",
     )
-    p.add_argument("--layer", type=layer_arg, default="last", help="LM models only: last | emb | INDEX")
+    p.add_argument("--layer", type=layer, default="last", help="LM models only: last | emb | INDEX")
     add_checkpoints_option(p)
-    p.add_argument("--no-progress", action="store_true")
+    add_progress_option(p)
     p.set_defaults(handler=run_index)
 
 
 def run_index(args: argparse.Namespace) -> int:
     postprocess = pp.parse(args.postprocess)
+    check_model_name(args.model)
+    if args.model == "bm25" and postprocess != "none":
+        raise InputError("--postprocess applies to dense models, not bm25")
     dataset = load_beir(data_dir(args.data_dir), args.dataset)
     progress = not args.no_progress
     if args.model == "bm25":
-        if postprocess != "none":
-            print("cone: error: --postprocess applies to dense models, not bm25", file=sys.stderr)
-            return 2
         out = build_bm25(dataset, args.out / "bm25", progress)
     else:
-        try:
-            encoder = load_encoder(args.model, args.checkpoints, args.layer)
-        except ModelUnavailable as exc:
-            print(f"cone: skipped: {exc}", file=sys.stderr)
-            return 3
         out = build_dense(
-            encoder,
+            load_encoder(args.model, args.checkpoints, args.layer),
             dataset,
             args.out / store.index_name(args.model, postprocess, args.layer),
             postprocess,

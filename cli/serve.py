@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cone.errors import ConeError
-from encoders.registry import add_checkpoints_option
+from cone.cli.options import add_checkpoints_option
+from cone.errors import InputError
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 
@@ -25,10 +25,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_serve)
 
 
-def serve(indexes: Path, host: str, port: int, checkpoints: Path) -> None:
+def serve(indexes: Path, host: str, port: int, checkpoints: Path | None) -> None:
     import uvicorn
 
-    from service.app import create_app
+    from cone.service.app import create_app
 
     print(f"cone: serving {indexes} at http://{host}:{port}/ (API docs: http://{host}:{port}/docs)", flush=True)
     uvicorn.run(create_app(indexes, checkpoints), host=host, port=port, log_level="warning")
@@ -36,6 +36,6 @@ def serve(indexes: Path, host: str, port: int, checkpoints: Path) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     if not args.indexes.is_dir():
-        raise ConeError(f"{args.indexes}: no such folder of indexes (build them with `cone index` or `cone demo`)")
+        raise InputError(f"{args.indexes}: no such folder of indexes (build them with `cone index` or `cone demo`)")
     serve(args.indexes, args.host, args.port, args.checkpoints)
     return 0

@@ -1,0 +1,96 @@
+"""``cone eval``: every model, every correction, side by side, with figures."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from cone.cli.options import add_checkpoints_option, add_data_dir_option, add_progress_option, comma_list, layer
+from cone.data.loaders import data_dir
+from cone.encoders.registry import MODEL_NAMES
+from cone.eval import report
+from cone.eval.harness import EvalData, load_eval_data, run_eval
+from cone.eval.results import EvalResult
+from cone.output import dump_json, table
+
+DEFAULT_MODELS = ",".join(MODEL_NAMES)
+SUMMARY = ("ndcg_at_10", "stsb_spearman", "random_cos_mean", "random_cos_std", "threshold_f1", "hubness_skew")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "eval",
+        help="measure what the cone breaks: retrieval, STS, similarity spread, hubness, geometry",
+        description="For every (model, post-processing) pair: nDCG@10 / MRR@10 / Recall@100 on the test qrels "
+        "(ranx), STS-B test Spearman, the cosine spread of random and relevant pairs, the best global "
+        "threshold's F1, hubness and the geometry instruments. Writes OUT/report.json, OUT/report.md and "
+        "OUT/figures/*.png. Indexes are built under OUT/indexes (or --indexes) when missing and reused after.",
+    )
+    p.add_argument("--dataset", default="scifact", help="BEIR dataset folder name (default scifact)")
+    p.add_argument("--models", type=comma_list, default=list(MODEL_NAMES), help=f"default {DEFAULT_MODELS}")
+    p.add_argument("--postprocess", type=comma_list, default=["none"], help="comma list of none,center,whiten,abtt:K")
+    add_data_dir_option(p)
+    p.add_argument("--out", type=Path, required=True, help="report folder")
+    p.add_argument("--indexes", type=Path, default=None, help="index folder to reuse/fill (default OUT/indexes)")
+    add_checkpoints_option(p)
+    p.add_argument(
+        "--quick", action="store_true", help="50 test queries, 1,000 documents, 200 STS pairs (see docs/eval.md)"
+    )
+    p.add_argument("--layer", type=layer, default="last", help="LM models only: last | emb | INDEX (default last)")
+    p.add_argument("--no-sts", action="store_true", help="skip STS-B (when the stsb folder is not available)")
+    p.add_argument("--json", action="store_true", help="print report.json to stdout")
+    add_progress_option(p)
+    p.set_defaults(handler=run_eval_command)
+
+
+def announce_skips() -> Callable[[EvalResult], None]:
+    """An ``on_result`` callback that says once per model, on stderr, why it was skipped."""
+    skipped: set[str] = set()
+
+    def announce(result: EvalResult) -> None:
+        if not result.available and result.model not in skipped:
+            skipped.add(result.model)
+            print(f"cone: skipped {result.model}: {result.reason}", file=sys.stderr)
+
+    return announce
+
+
+def evaluate_and_report(
+    data: EvalData,
+    models: list[str],
+    postprocesses: list[str],
+    out: Path,
+    indexes: Path,
+    checkpoints: Path | None,
+    progress: bool,
+    lm_layer: str | int = "last",
+) -> tuple[dict, report.ReportFiles, list[EvalResult]]:
+    """The eval and its report files; what `cone eval` and `cone demo` share."""
+    results = run_eval(models, postprocesses, data, indexes, checkpoints, progress, announce_skips(), lm_layer)
+    payload = report.payload(data.dataset.name, data.quick, results, "cone " + shlex.join(sys.argv[1:]))
+    return payload, report.write_report(out, payload, results), results
+
+
+def summary(results: list[EvalResult], files: report.ReportFiles) -> str:
+    rows = [{"model": r.label, **r.metrics} for r in results if r.available]
+    where = f"report: {files.markdown}, {files.json}, figures in {files.json.parent / report.FIGURES}"
+    return f"{table(rows, ('model', *SUMMARY))}\n\n{where}"
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    data = load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick, with_sts=not args.no_sts)
+    payload, files, results = evaluate_and_report(
+        data,
+        args.models,
+        args.postprocess,
+        args.out,
+        args.indexes or args.out / "indexes",
+        args.checkpoints,
+        not args.no_progress,
+        args.layer,
+    )
+    print(dump_json(payload) if args.json else summary(results, files))
+    return 0

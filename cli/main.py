@@ -1,0 +1,42 @@
+"""The ``cone`` command: every subcommand's parser, and the one place that prints errors and picks exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from cone import __version__
+from cone.cli import data, demo, eval, geometry, index, serve, train
+from cone.errors import EXIT_CODES, ConeError, Interrupted
+
+EPILOG = "exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cone",
+        description="Measure the geometry of embedding spaces and what it does to semantic search.",
+        epilog=EPILOG,
+    )
+    parser.add_argument("--version", action="version", version=f"cone {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in (data, geometry, train, index, eval, serve, demo):
+        command.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        return report(Interrupted())
+    except ConeError as exc:
+        return report(exc)
+
+
+def report(exc: ConeError) -> int:
+    message = str(exc)
+    print(f"cone: {exc.label}" + (f": {message}" if message else ""), file=sys.stderr)
+    return exc.exit_code

@@ -1,0 +1,67 @@
+"""Options and argument types that several subcommands share, written once."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from cone.data.loaders import DATA_DIR_ENV
+from cone.models.checkpoint import CHECKPOINTS_ENV
+
+
+def add_data_dir_option(parser: argparse.ArgumentParser, what: str = "datasets folder") -> None:
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help=f"{what} (default ${DATA_DIR_ENV} or ../shared/datasets)"
+    )
+
+
+def add_checkpoints_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        default=None,
+        help=f"folder holding the baseline/ and regularized/ checkpoints (default ${CHECKPOINTS_ENV}, "
+        "else the reference checkpoints installed with cone)",
+    )
+
+
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def layer(text: str) -> str | int:
+    """last | emb | an integer index into the model's hidden states."""
+    if text in ("last", "emb"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected last, emb or an integer, got {text!r}") from None
+
+
+def comma_list(text: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _parse(text: str, kind: type, what: str) -> int | float:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _parse(text, int, "an integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _parse(text, float, "a number")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value

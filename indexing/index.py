@@ -1,0 +1,64 @@
+"""The interface every index implements (dense FAISS and BM25); the eval and the service use only this."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from cone.indexing.store import DocTable, Manifest
+
+Queries = Sequence[str] | np.ndarray  # texts, or the index's encoder's raw vectors of them (N, d)
+
+
+@dataclass(frozen=True)
+class Hit:
+    doc_id: str
+    score: float  # cosine for dense indexes, BM25 score for bm25
+    row: int  # the document's row in the index's document table
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The top k of each query, best first: the one place where index rows become document ids."""
+
+    scores: np.ndarray  # (n_queries, k)
+    rows: np.ndarray  # (n_queries, k) rows of ``docs``; -1 where the index found fewer than k
+    docs: DocTable
+
+    def hits(self, query: int) -> list[Hit]:
+        return [
+            Hit(self.docs.ids[r], float(s), int(r))
+            for s, r in zip(self.scores[query], self.rows[query], strict=True)
+            if r >= 0
+        ]
+
+    def run(self, query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+        """BEIR's run format, {query id: {doc id: score}}, for queries given in the order searched."""
+        return {q: {h.doc_id: h.score for h in self.hits(i)} for i, q in enumerate(query_ids)}
+
+
+class Index(Protocol):
+    folder: Path
+    manifest: Manifest
+    docs: DocTable
+
+    def search(self, queries: Queries, k: int, progress: bool = False) -> SearchResult:
+        """The top ``k`` (at most the number of documents) for each query."""
+        ...
+
+
+@runtime_checkable
+class VectorIndex(Index, Protocol):
+    """An index over vectors: it can say where queries and documents lie in its (corrected) space."""
+
+    def embed(self, queries: Queries, progress: bool = False) -> np.ndarray:
+        """Queries in the index's space: encoded (if texts), corrected as the corpus was, unit norm."""
+        ...
+
+    def doc_vectors(self) -> np.ndarray:
+        """The indexed document vectors in row order."""
+        ...
