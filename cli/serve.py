@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
-from cone.cli.options import add_checkpoints_option
+from cone.cli.options import add_checkpoints_option, positive_int
 from cone.errors import InputError
+from cone.service.schemas import MAX_BODY_BYTES
 
+MAX_BODY_ENV = "CONE_MAX_BODY_BYTES"
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 
 
@@ -21,21 +24,29 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--indexes", type=Path, required=True, help="folder of indexes (INDEX_DIR)")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    p.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        default=None,
+        help=f"largest request body; a bigger one is answered 413 unread "
+        f"(default ${MAX_BODY_ENV} or {MAX_BODY_BYTES:,})",
+    )
     add_checkpoints_option(p)
     p.set_defaults(handler=run_serve)
 
 
-def serve(indexes: Path, host: str, port: int, checkpoints: Path | None) -> None:
+def serve(indexes: Path, host: str, port: int, checkpoints: Path | None, max_body_bytes: int | None = None) -> None:
     import uvicorn
 
     from cone.service.app import create_app
 
+    limit = max_body_bytes or int(os.environ.get(MAX_BODY_ENV, MAX_BODY_BYTES))
     print(f"cone: serving {indexes} at http://{host}:{port}/ (API docs: http://{host}:{port}/docs)", flush=True)
-    uvicorn.run(create_app(indexes, checkpoints), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(indexes, checkpoints, max_body_bytes=limit), host=host, port=port, log_level="warning")
 
 
 def run_serve(args: argparse.Namespace) -> int:
     if not args.indexes.is_dir():
         raise InputError(f"{args.indexes}: no such folder of indexes (build them with `cone index` or `cone demo`)")
-    serve(args.indexes, args.host, args.port, args.checkpoints)
+    serve(args.indexes, args.host, args.port, args.checkpoints, args.max_body_bytes)
     return 0

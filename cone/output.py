@@ -33,5 +33,17 @@ def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
     return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in cells)])
 
 
+def finite(payload: object) -> object:
+    """``payload`` with every NaN or infinity replaced by None (JSON null: the value is undefined)."""
+    if isinstance(payload, float):
+        return payload if math.isfinite(payload) else None
+    if isinstance(payload, dict):
+        return {k: finite(v) for k, v in payload.items()}
+    if isinstance(payload, list | tuple):
+        return [finite(v) for v in payload]
+    return payload
+
+
 def dump_json(payload: object) -> str:
-    return json.dumps(payload, indent=2, sort_keys=False)
+    """Always valid JSON: non-finite numbers become null instead of the NaN / Infinity JSON does not have."""
+    return json.dumps(finite(payload), indent=2, allow_nan=False)

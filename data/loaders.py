@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,42 +50,69 @@ class RetrievalDataset:
         return h.hexdigest()[:16]
 
 
-def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
-    """JSON objects, one per non-blank line; a malformed line is an error naming the file and line."""
+ID = (str, int)  # BEIR ids: strings, or integers in some dumps (never booleans)
+TEXT = (str,)
+Fields = dict[str, tuple[type, ...]]
+
+
+def _check_fields(record: object, required: Fields, optional: Fields, where: str) -> dict:
+    if not isinstance(record, dict) or any(k not in record for k in required):
+        raise InputError(f"{where}: expected a JSON object with {', '.join(required)}")
+    for key, kinds in {**optional, **required}.items():
+        value = record.get(key)
+        if value is None and key in optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise InputError(f"{where}: {key!r} is {type(value).__name__} {str(value)[:30]!r}, expected {names}")
+    return record
+
+
+def read_jsonl(path: Path, required: Fields | None = None, optional: Fields | None = None) -> list[dict]:
+    """JSON objects, one per non-blank line, their fields type-checked; a bad line is an error naming the
+    file and the line."""
     if not path.is_file():
         raise InputError(f"{path}: not found (fetch it with `cone data fetch` or pass --data-dir)")
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
             try:
-                record = json.loads(line)
+                line = raw.decode("utf-8")
+                record = json.loads(line) if line.strip() else None
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{path}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
             except json.JSONDecodeError as exc:
                 raise InputError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict) or any(k not in record for k in required):
-                raise InputError(f"{path}:{number}: expected a JSON object with {', '.join(required)}")
-            records.append(record)
+            if record is not None:
+                records.append(_check_fields(record, required or {}, optional or {}, f"{path}:{number}"))
     return records
+
+
+def read_text(path: Path) -> str:
+    """A UTF-8 text file; an invalid byte is an error naming the file and the line."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not valid UTF-8") from None
 
 
 def _qrels(path: Path) -> dict[str, dict[str, int]]:
     if not path.is_file():
         raise InputError(f"{path}: not found")
     qrels: dict[str, dict[str, int]] = {}
-    with path.open(encoding="utf-8") as handle:
-        header = handle.readline().strip().split("\t")
-        if header[:2] != ["query-id", "corpus-id"]:
-            raise InputError(f"{path}:1: expected the header 'query-id<TAB>corpus-id<TAB>score'")
-        for number, line in enumerate(handle, start=2):
-            if not line.strip():
-                continue
-            parts = line.rstrip("\n").split("\t")
-            try:
-                qid, did, score = parts[0], parts[1], int(parts[2])
-            except (IndexError, ValueError):
-                raise InputError(f"{path}:{number}: expected query-id, corpus-id and an integer score") from None
-            qrels.setdefault(qid, {})[did] = score
+    header, *lines = read_text(path).splitlines() or [""]
+    if header.strip().split("\t")[:2] != ["query-id", "corpus-id"]:
+        raise InputError(f"{path}:1: expected the header 'query-id<TAB>corpus-id<TAB>score'")
+    for number, line in enumerate(lines, start=2):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        try:
+            qid, did, score = parts[0], parts[1], int(parts[2])
+        except (IndexError, ValueError):
+            raise InputError(f"{path}:{number}: expected query-id, corpus-id and an integer score") from None
+        qrels.setdefault(qid, {})[did] = score
     return qrels
 
 
@@ -92,11 +121,11 @@ def load_beir(root: Path, name: str = "scifact", split: str = "test") -> Retriev
     folder = Path(root) / name
     if not folder.is_dir():
         raise InputError(f"dataset {name!r} not found under {root} (run `cone data fetch {name} --data-dir {root}`)")
-    corpus = {
-        str(r["_id"]): {"title": str(r.get("title") or ""), "text": str(r["text"])}
-        for r in read_jsonl(folder / "corpus.jsonl", ("_id", "text"))
-    }
-    queries = {str(r["_id"]): str(r["text"]) for r in read_jsonl(folder / "queries.jsonl", ("_id", "text"))}
+    records = read_jsonl(folder / "corpus.jsonl", {"_id": ID, "text": TEXT}, {"title": TEXT})
+    if not records:
+        raise InputError(f"{folder / 'corpus.jsonl'}: no documents")
+    corpus = {str(r["_id"]): {"title": r.get("title") or "", "text": r["text"]} for r in records}
+    queries = {str(r["_id"]): r["text"] for r in read_jsonl(folder / "queries.jsonl", {"_id": ID, "text": TEXT})}
     qrels = _qrels(folder / "qrels" / f"{split}.tsv")
     qrels = {q: docs for q, docs in qrels.items() if q in queries}
     return RetrievalDataset(name=name, corpus=corpus, queries=queries, qrels=qrels)
@@ -115,18 +144,19 @@ def load_sts(path: Path) -> StsPairs:
     if not path.is_file():
         raise InputError(f"{path}: not found (fetch it with `cone data fetch stsb` or pass --data-dir)")
     pairs = StsPairs([], [], [])
-    with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle)
-        if next(reader, None) != ["sentence1", "sentence2", "score"]:
-            raise InputError(f"{path}:1: expected the header sentence1,sentence2,score")
-        for number, row in enumerate(reader, start=2):
-            try:
-                s1, s2, score = row
-                pairs.scores.append(float(score))
-            except ValueError:
-                raise InputError(f"{path}:{number}: expected sentence1,sentence2,numeric score") from None
-            pairs.sentence1.append(s1)
-            pairs.sentence2.append(s2)
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    if next(reader, None) != ["sentence1", "sentence2", "score"]:
+        raise InputError(f"{path}:1: expected the header sentence1,sentence2,score")
+    for number, row in enumerate(reader, start=2):
+        try:
+            s1, s2, score = row
+            if not math.isfinite(float(score)):
+                raise ValueError
+        except ValueError:
+            raise InputError(f"{path}:{number}: expected sentence1,sentence2,numeric score") from None
+        pairs.scores.append(float(score))
+        pairs.sentence1.append(s1)
+        pairs.sentence2.append(s2)
     if not pairs.scores:
         raise InputError(f"{path}: no pairs")
     return pairs

@@ -71,6 +71,7 @@ def load_eval_data(root: Path, name: str, quick: bool = False, with_sts: bool = 
 
 def _open_or_build(folder: Path, open_it: Callable[[], Index], build: Callable[[], Path]) -> Index:
     """The index in ``folder`` if it still matches; else (stale weights or corpus, damaged) rebuilt, atomically."""
+    store.recover(folder)
     if (folder / store.MANIFEST).is_file():
         try:
             return open_it()

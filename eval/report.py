@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from matplotlib.figure import Figure  # the object API: no GUI backend, safe in 
 from cone import __version__
 from cone.eval.results import GEOMETRY_KEYS, EvalResult
 from cone.geometry import INSTRUMENTS
-from cone.output import format_value
+from cone.output import dump_json, format_value
 
 FIGURES = "figures"
 BINS = np.linspace(-1.0, 1.0, 201)
@@ -50,7 +49,7 @@ def write_report(out: Path, report: dict, results: list[EvalResult]) -> ReportFi
     """report.json, the PNG figures and report.md under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.json"
-    path.write_text(json.dumps(report, indent=2))
+    path.write_text(dump_json(report))
     figures = write_figures(out, results)
     return ReportFiles(path, write_markdown(out, report, results, figures), figures)
 

@@ -42,7 +42,27 @@ def as_matrix(x: object) -> np.ndarray:
         arr = arr.astype(np.float64)
     if not np.isfinite(arr).all():
         raise InputError("array contains NaN or inf")
+    _refuse_rows(arr)
     return arr
+
+
+def _rows_named(rows: np.ndarray, n: int) -> str:
+    shown = ", ".join(str(r) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+    return f"row{'s' * (len(rows) > 1)} {shown} ({len(rows)} of {n})"
+
+
+def _refuse_rows(x: np.ndarray) -> None:
+    """Rows no instrument can measure honestly: all zero (no direction, so no cosine), or so large that their
+    squared norm overflows float64 (every sum over them would be inf or NaN)."""
+    zero = np.flatnonzero(~x.any(axis=1))
+    if len(zero):
+        raise InputError(f"{_rows_named(zero, len(x))} all zero: a zero vector has no direction; drop or fix them")
+    if x.dtype == np.float64:  # float32 values cannot overflow a float64 sum of squares
+        with np.errstate(over="ignore"):
+            squares = np.concatenate([np.einsum("ij,ij->i", c, c) for c in _chunks(x)])
+        huge = np.flatnonzero(~np.isfinite(squares))
+        if len(huge):
+            raise InputError(f"{_rows_named(huge, len(x))} overflow float64 when squared; rescale the matrix")
 
 
 def _chunks(x: np.ndarray):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -19,12 +20,14 @@ from pathlib import Path
 
 from cone import __version__
 from cone.data.loaders import Corpus
-from cone.errors import DamagedIndex
+from cone.errors import DamagedIndex, InputError
+from cone.indexing import postprocess
 
 MANIFEST = "manifest.json"
 DOCS = "docs.jsonl"
 SNIPPET_CHARS = 300
 KINDS = ("dense", "bm25")
+FORMAT = 1  # of manifest.json; a manifest of another format is refused, not guessed at
 
 
 def index_name(model: str, postprocess: str, layer: str | int = "last") -> str:
@@ -64,6 +67,7 @@ class Manifest:
     random_pair_cosines: dict | None = None  # spread and histogram of random document pairs' cosines
     cone_version: str = __version__
     created: str = field(default_factory=now)
+    format: int = FORMAT
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,6 +77,11 @@ class Manifest:
         """Validate every key the loaders and the service read; a bad manifest is one DamagedIndex naming the key."""
         if not isinstance(data, dict):
             raise DamagedIndex(f"{source}: manifest is not a JSON object")
+        if data.get("format", FORMAT) != FORMAT:
+            raise DamagedIndex(
+                f"{source}: manifest format {str(data['format'])[:20]!r} is not the {FORMAT} this cone {__version__} "
+                "reads; rebuild the index"
+            )
         _check_key(data, "kind", MANIFEST_KEYS["kind"], source, required=True)
         for key, kinds in MANIFEST_KEYS.items():
             _check_key(data, key, kinds, source, required=key in REQUIRED[data["kind"]])
@@ -80,6 +89,14 @@ class Manifest:
             for key in ("geometry", "geometry_raw"):
                 _check_numbers(data[key], f"{key!r}", source)
             _check_pair_cosines(data["random_pair_cosines"], source)
+            try:
+                postprocess.parse(data["postprocess"])
+            except InputError as exc:
+                raise DamagedIndex(f"{source}: manifest's 'postprocess': {exc}") from None
+        else:
+            extra = [k for k in VECTORS_ONLY if data.get(k) is not None]
+            if extra or data.get("postprocess", "none") != "none" or data.get("layer", "last") != "last":
+                raise DamagedIndex(f"{source}: a bm25 manifest with {(extra or ['a postprocess'])[0]!r} (vectors only)")
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
@@ -111,7 +128,9 @@ MANIFEST_KEYS: dict[str, tuple[type, ...]] = {
     "random_pair_cosines": (dict, type(None)),
     "cone_version": (str,),
     "created": (str,),
+    "format": (int,),
 }
+VECTORS_ONLY = ("dim", "index_factory", "postprocess_params", "geometry_raw", "geometry", "random_pair_cosines")
 _BASE = {"kind", "model", "dataset", "corpus_fingerprint", "n_docs", "encoder_fingerprint", "metric"}
 REQUIRED = {
     "bm25": _BASE,
@@ -133,6 +152,8 @@ def _check_key(data: dict, key: str, kinds: tuple[type, ...], source: Path, requ
         raise DamagedIndex(f"{source}: manifest's 'kind' is {value!r}, not one of {', '.join(KINDS)}")
     if key in ("n_docs", "dim") and value is not None and value < (0 if key == "n_docs" else 1):
         raise DamagedIndex(f"{source}: manifest's {key!r} is {value}")
+    if key == "layer" and value not in ("last", "emb") and not (isinstance(value, int) and value >= 0):
+        raise DamagedIndex(f"{source}: manifest's 'layer' is {str(value)[:20]!r}, not last, emb or a layer number")
 
 
 def _is_number(value: object) -> bool:
@@ -160,11 +181,43 @@ def _check_pair_cosines(summary: dict, source: Path) -> None:
         raise DamagedIndex(f"{source}: manifest's {what} histogram counts are not counts")
 
 
+LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-[0-9a-f]{8}$")  # .NAME.tmp-<hex>, .NAME.old-<hex>
+
+
+def _leftovers(target: Path) -> list[Path]:
+    """What earlier builds of ``target`` left beside it: .NAME.tmp-* (new, maybe unfinished), .NAME.old-*."""
+    found = (LEFTOVER.match(p.name) for p in target.parent.glob(f".{target.name}.*"))
+    return sorted(target.parent / m.group(0) for m in found if m and m.group("name") == target.name)
+
+
+def recover(target: Path) -> str | None:
+    """Put a complete index back under ``target`` if a build was killed between the two renames of its swap.
+
+    A folder holding a manifest is complete (the manifest is written last, atomically). The newest build
+    (.tmp-) wins over the index it was replacing (.old-). Returns what was done, or None if nothing was."""
+    target = Path(target)
+    if target.exists() or not target.parent.is_dir():
+        return None
+    complete = [p for p in _leftovers(target) if (p / MANIFEST).is_file()]
+    if not complete:
+        return None
+    newest = max(complete, key=lambda p: (".tmp-" in p.name, p.stat().st_mtime_ns))
+    os.rename(newest, target)
+    return f"{target}: recovered from {newest.name} (a build was interrupted while swapping it in)"
+
+
 @contextmanager
 def atomic_folder(target: Path) -> Iterator[Path]:
-    """Yield a temporary folder; on success it replaces ``target``, on failure it is removed."""
+    """Yield a temporary folder; on success it replaces ``target``, on failure it is removed.
+
+    A name always holds a complete index: a kill between the two renames below leaves both folders
+    complete, and ``recover`` (run by every reader and by the next build) puts the newer one back.
+    The next build also removes what interrupted builds left. One builder per folder at a time."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    recover(target)
+    for stale in _leftovers(target):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -202,7 +255,10 @@ def write_docs(folder: Path, doc_ids: list[str], corpus: Corpus) -> None:
 
 
 def write_manifest(folder: Path, manifest: Manifest) -> None:
-    (folder / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2))
+    """Written last and atomically: a folder with a manifest is a complete index."""
+    tmp = folder / f"{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest.to_dict(), indent=2))
+    os.replace(tmp, folder / MANIFEST)
 
 
 def read_manifest(folder: Path) -> Manifest:
@@ -236,9 +292,12 @@ def read_docs(folder: Path, n_docs: int) -> DocTable:
     return DocTable(records)
 
 
-def list_indexes(root: Path) -> list[Path]:
-    """Every index folder under ``root`` (hidden temporary folders excluded)."""
+def list_indexes(root: Path) -> tuple[list[Path], list[str]]:
+    """Every index folder under ``root`` (hidden temporary folders excluded), after recovering any that an
+    interrupted swap left without its name; and a line for each recovery."""
     root = Path(root)
     if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return [], []
+    names = {m.group("name") for p in root.iterdir() if (m := LEFTOVER.match(p.name))}
+    notes = [note for name in sorted(names) if (note := recover(root / name))]
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")), notes

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -71,20 +72,51 @@ def save_checkpoint(
     _atomic(out / WEIGHTS, lambda p: save_file(half, str(p)))
     _atomic(out / TOKEN_COUNTS, lambda p: save_file({"counts": token_counts.contiguous()}, str(p)))
     _atomic(out / TOKENIZER, lambda p: tokenizer.save(str(p)))
-    payload = {"model": model.cfg.to_dict(), **meta}
+    payload = {"format": FORMAT, "model": model.cfg.to_dict(), **meta}
     _atomic(out / CONFIG, lambda p: p.write_text(json.dumps(payload, indent=2, default=str)))
     if resume_state is not None:
         _atomic(out / RESUME, lambda p: torch.save(resume_state, p))
 
 
+FORMAT = 1  # of config.json; written by save_checkpoint, absent in the first checkpoints (read as 1)
+CONFIG_KEYS = {
+    "model": dict,
+    "train": dict,
+    "step": int,
+    "tokens_seen": int,
+    "train_tokens_in_corpus": int,
+    "val_tokens_in_corpus": int,
+    "unseen_token_ids": int,
+}
+
+
+def _check_config(payload: object) -> None:
+    if not isinstance(payload, dict):
+        raise TypeError("not a JSON object")
+    if payload.get("format", FORMAT) != FORMAT:
+        raise TypeError(f"format {str(payload['format'])[:20]!r} is not the {FORMAT} this cone reads")
+    for key, kind in CONFIG_KEYS.items():
+        if key not in payload:
+            raise KeyError(key)
+        if isinstance(payload[key], bool) or not isinstance(payload[key], kind):
+            raise TypeError(f"{key!r} is {str(payload[key])[:30]!r}, not {kind.__name__}")
+    absent = [f.name for f in fields(GPTConfig) if f.name not in payload["model"]]
+    if absent:  # never a default in place of what the weights were trained with
+        raise KeyError(f"model.{absent[0]}")
+    model_config(payload)
+
+
 def read_config(path: Path) -> dict:
+    """config.json, checked against the schema ``save_checkpoint`` writes; a mismatch is one InputError."""
     file = path / CONFIG
     if not file.is_file():
         raise InputError(f"{path}: not a checkpoint (no {CONFIG})")
     try:
-        payload = json.loads(file.read_text())
-        model_config(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, InputError) as exc:
+        payload = json.loads(file.read_text(encoding="utf-8"))
+        _check_config(payload)
+    except KeyError as exc:
+        raise InputError(f"{file}: corrupt checkpoint config (no {exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, InputError) as exc:
         raise InputError(f"{file}: corrupt checkpoint config ({exc})") from None
     return payload
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from cone.data.loaders import DATA_DIR_ENV, read_jsonl
+from cone.data.loaders import DATA_DIR_ENV, TEXT, read_jsonl, read_text
 from cone.errors import InputError
 
 VALIDATION_SHARE = 0.02  # of documents, chosen by hash so the split never depends on order
@@ -27,8 +27,8 @@ def default_corpus_files(root: Path) -> list[Path]:
 
 def _jsonl_documents(path: Path) -> list[str]:
     docs = []
-    for record in read_jsonl(path):
-        text = " ".join(str(record[k]).strip() for k in ("title", "text") if record.get(k))
+    for record in read_jsonl(path, optional={"title": TEXT, "text": TEXT}):
+        text = " ".join(record[k].strip() for k in ("title", "text") if record.get(k))
         if text:
             docs.append(text)
     return docs
@@ -43,7 +43,7 @@ def read_documents(files: list[Path]) -> list[str]:
         if path.suffix == ".jsonl":
             docs.extend(_jsonl_documents(path))
         elif path.suffix == ".txt":
-            docs.extend(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+            docs.extend(line.strip() for line in read_text(path).splitlines() if line.strip())
         else:
             raise InputError(f"{path}: unsupported corpus format (use .txt or .jsonl)")
     if not docs:

@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from cone import __version__
+from cone.service.limits import BodyLimit, short, validation_error
 from cone.service.plots import histogram_png
 from cone.service.registry import Entry, Registry
 from cone.service.schemas import (
+    MAX_BODY_BYTES,
+    MAX_MODEL_CHARS,
     CompareResponse,
     ErrorResponse,
     GeometryResponse,
@@ -23,6 +27,7 @@ from cone.service.schemas import (
     HistogramsResponse,
     ModelInfo,
     ModelsResponse,
+    Readiness,
     ReloadResponse,
     SearchQuery,
     SearchRequest,
@@ -32,7 +37,10 @@ from cone.service.schemas import (
 
 ADMIN_KEY_ENV = "CONE_ADMIN_KEY"
 PAGE = Path(__file__).with_name("static") / "index.html"
-ERRORS = {code: {"model": ErrorResponse} for code in (404, 409, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (404, 409, 413, 503)}
+ModelName = Annotated[
+    str, Query(min_length=1, max_length=MAX_MODEL_CHARS, description="an index name from GET /models")
+]
 router = APIRouter()
 
 
@@ -49,7 +57,7 @@ RegistryDep = Annotated[Registry, Depends(get_registry)]
 def find_entry(registry: Registry, name: str, need_index: bool = True) -> Entry:
     entry = registry.entries.get(name)
     if entry is None:
-        raise HTTPException(404, f"unknown model {name!r}; GET /models lists them: {', '.join(registry.entries)}")
+        raise HTTPException(404, f"unknown model {short(name)}; GET /models lists them: {', '.join(registry.entries)}")
     if need_index and not entry.available:
         raise HTTPException(409, f"model {name!r} is unavailable: {entry.reason}")
     return entry
@@ -97,7 +105,7 @@ def models(registry: RegistryDep) -> ModelsResponse:
 
 
 @router.get("/search", response_model=SearchResponse, responses=ERRORS)
-def search_get(registry: RegistryDep, model: str, params: Annotated[SearchQuery, Query()]) -> SearchResponse:
+def search_get(registry: RegistryDep, model: ModelName, params: Annotated[SearchQuery, Query()]) -> SearchResponse:
     """Ranked hits with cosine scores, and this query's score spread over the whole corpus."""
     return search_entry(find_entry(registry, model), params.q, params.k)
 
@@ -126,7 +134,7 @@ def compare(registry: RegistryDep, params: Annotated[SearchQuery, Query()]) -> C
 )
 def histogram(
     registry: RegistryDep,
-    model: str | None = None,
+    model: Annotated[str | None, Query(min_length=1, max_length=MAX_MODEL_CHARS)] = None,
     format: Literal["png", "json"] = "png",
     size: Literal["full", "small"] = "full",
 ) -> Response:
@@ -142,7 +150,7 @@ def histogram(
 
 
 @router.get("/geometry", response_model=GeometryResponse, responses=ERRORS)
-def geometry(registry: RegistryDep, model: str) -> GeometryResponse:
+def geometry(registry: RegistryDep, model: ModelName) -> GeometryResponse:
     """Every instrument of geometry/ on this index's vectors."""
     entry = find_entry(registry, model, need_index=False)
     m = entry.manifest
@@ -156,10 +164,18 @@ def healthz() -> Status:
     return Status(status="ok")
 
 
-@router.get("/readyz", response_model=Status, responses={503: {"model": Status}})
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 def readyz(request: Request) -> Response:
-    ready = request.app.state.registry.ready.is_set()
-    return JSONResponse({"status": "ready" if ready else "loading"}, status_code=200 if ready else 503)
+    """200 once every index is loaded (or known unavailable, with its reason in GET /models); 503 before."""
+    registry: Registry = request.app.state.registry
+    if not registry.ready.is_set():
+        return JSONResponse(Readiness(status="loading").model_dump(), status_code=503)
+    entries = list(registry.entries.values())
+    available = sum(e.available for e in entries)
+    state = Readiness(
+        status="ready", available=available, unavailable=len(entries) - available, recovered=registry.notes
+    )
+    return JSONResponse(state.model_dump())
 
 
 @router.post("/admin/reload", response_model=ReloadResponse, responses={401: {"model": ErrorResponse}, **ERRORS})
@@ -179,7 +195,12 @@ def page() -> FileResponse:
     return FileResponse(PAGE, media_type="text/html")
 
 
-def create_app(indexes: Path, checkpoints: Path | None = None, load_in_background: bool = True) -> FastAPI:
+def create_app(
+    indexes: Path,
+    checkpoints: Path | None = None,
+    load_in_background: bool = True,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> FastAPI:
     """The app over every index in ``indexes``; /readyz turns ready once they are loaded."""
     registry = Registry(indexes, checkpoints)
 
@@ -199,4 +220,6 @@ def create_app(indexes: Path, checkpoints: Path | None = None, load_in_backgroun
     )
     app.state.registry = registry
     app.include_router(router)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app

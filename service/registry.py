@@ -64,27 +64,34 @@ def _unavailable_model(name: str, folder: Path, checkpoints: Path | None) -> Ent
     )
 
 
-def load_entries(folder: Path, checkpoints: Path | None = None) -> dict[str, Entry]:
-    """Every index under ``folder``; a corrupt or mismatched one becomes an unavailable entry with its reason."""
-    entries: dict[str, Entry] = {}
+def _open_entry(path: Path, checkpoints: Path | None, encoders: dict, locks: dict[int, threading.Lock]) -> Entry:
+    """One index as an entry; whatever goes wrong with it makes this entry unavailable, never the service."""
+    manifest = None
+    try:
+        manifest = store.read_manifest(path)
+        index = open_index(path, checkpoints, encoders=encoders, manifest=manifest)
+    except ModelUnavailable as exc:
+        return Entry(path.name, manifest, reason=exc.explanation)
+    except ConeError as exc:
+        return Entry(path.name, manifest, reason=str(exc))
+    except Exception as exc:  # a defect this code did not foresee in one index must not stop the others
+        return Entry(path.name, manifest, reason=f"{path}: cannot load ({type(exc).__name__}: {str(exc)[:200]})")
+    lock = locks.setdefault(id(getattr(index, "encoder", index)), threading.Lock())
+    return Entry(path.name, manifest, index=index, lock=lock)
+
+
+def load_entries(folder: Path, checkpoints: Path | None = None) -> tuple[dict[str, Entry], list[str]]:
+    """Every index under ``folder``; a corrupt or mismatched one becomes an unavailable entry with its reason.
+    Also the lines that say which indexes were recovered from an interrupted swap."""
     encoders: dict = {}  # one loaded encoder per model, shared by its indexes (and so is its lock)
     locks: dict[int, threading.Lock] = {}
-    for path in store.list_indexes(folder):
-        manifest = None
-        try:
-            manifest = store.read_manifest(path)
-            index = open_index(path, checkpoints, encoders=encoders, manifest=manifest)
-            lock = locks.setdefault(id(getattr(index, "encoder", index)), threading.Lock())
-            entries[path.name] = Entry(path.name, manifest, index=index, lock=lock)
-        except ModelUnavailable as exc:
-            entries[path.name] = Entry(path.name, manifest, reason=exc.explanation)
-        except ConeError as exc:
-            entries[path.name] = Entry(path.name, manifest, reason=str(exc))
+    paths, notes = store.list_indexes(folder)
+    entries = {path.name: _open_entry(path, checkpoints, encoders, locks) for path in paths}
     built = {e.manifest.model for e in entries.values() if e.manifest}
     for name in MODEL_NAMES:
         if name not in built and name not in entries:
             entries[name] = _unavailable_model(name, Path(folder), checkpoints)
-    return entries
+    return entries, notes
 
 
 class Registry:
@@ -93,12 +100,13 @@ class Registry:
     def __init__(self, folder: Path, checkpoints: Path | None = None) -> None:
         self.folder, self.checkpoints = Path(folder), checkpoints
         self.entries: dict[str, Entry] = {}
+        self.notes: list[str] = []  # what the last load recovered
         self.ready = threading.Event()
         self._reload_lock = threading.Lock()
 
     def load(self) -> dict[str, Entry]:
         with self._reload_lock:
-            entries = load_entries(self.folder, self.checkpoints)
+            entries, self.notes = load_entries(self.folder, self.checkpoints)
             self.entries = entries  # one assignment: readers see the old set or the new one, never a mix
             self.ready.set()
             return entries

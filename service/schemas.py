@@ -9,7 +9,9 @@ from pydantic import BaseModel, Field, field_validator
 from cone.service.registry import SPREAD_DOCS
 
 MAX_QUERY_CHARS = 1000
+MAX_MODEL_CHARS = 200
 MAX_K = 100
+MAX_BODY_BYTES = 64 * 1024  # a request body above this is answered 413 before it is read (--max-body-bytes)
 # "Not only white space" in the OpenAPI schema, with white space spelled out as ECMA-262 (the schema's regex
 # dialect) defines it: Python's \s also counts \x1c-\x1f and \x85, so the two would disagree on "\x1e".
 ECMA_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
@@ -30,11 +32,16 @@ class SearchQuery(BaseModel):
     def not_blank(cls, value: object) -> object:
         if isinstance(value, str) and value and not re.search(NOT_BLANK, value):
             raise ValueError("query must not be empty or whitespace")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate ("\ud800") is valid JSON but no text to search for
+                raise ValueError("query is not valid Unicode text (it holds a lone surrogate)") from None
         return value
 
 
 class SearchRequest(SearchQuery):
-    model: str = Field(min_length=1, description="an index name from GET /models")
+    model: str = Field(min_length=1, max_length=MAX_MODEL_CHARS, description="an index name from GET /models")
 
 
 class Hit(BaseModel):
@@ -116,6 +123,13 @@ class ErrorResponse(BaseModel):
 
 class Status(BaseModel):
     status: str
+
+
+class Readiness(Status):
+    status: str = Field(description="loading | ready")
+    available: int | None = Field(None, description="models that answer (once ready)")
+    unavailable: int | None = Field(None, description="models listed with the reason they do not (once ready)")
+    recovered: list[str] = Field(default_factory=list, description="indexes put back after an interrupted build")
 
 
 class ReloadResponse(BaseModel):

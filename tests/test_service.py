@@ -127,7 +127,9 @@ def test_geometry_per_index(client):
 
 def test_health_readiness_and_page(client):
     assert client.get("/healthz").json() == {"status": "ok"}
-    assert client.get("/readyz").json() == {"status": "ready"}
+    ready = client.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["available"] == 4 and ready["recovered"] == []
+    assert ready["unavailable"] == len([m for m in client.get("/models").json()["models"] if not m["available"]]) >= 4
     page = client.get("/")
     assert page.status_code == 200 and "<form" in page.text and "/compare" in page.text
     assert client.get("/docs").status_code == 200 and "/search" in client.get("/openapi.json").json()["paths"]

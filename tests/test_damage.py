@@ -1,0 +1,322 @@
+"""Fault injection: damaged manifests and checkpoint configs, a kill at every step of an index swap, hostile
+requests, and the bad inputs of the command line. Whatever is damaged becomes unavailable with a reason;
+nothing else stops answering, nothing answers 500, no command prints a traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from cone.cli import main
+from cone.output import dump_json
+from cone.service.app import create_app
+from cone.service.registry import load_entries
+from cone.service.schemas import MAX_BODY_BYTES
+
+from local_service import free_port, wait_ready
+from tiny import build_tiny_indexes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wrong_type(value: object) -> object:
+    """A value of another JSON type than ``value``'s."""
+    if isinstance(value, bool):
+        return "yes"
+    if isinstance(value, str):
+        return 12345
+    if isinstance(value, int | float):
+        return "x"
+    if isinstance(value, dict):
+        return [1]
+    return {"x": 1}  # a list, or null
+
+
+@pytest.fixture(scope="module")
+def built(shared_tiny_beir, tiny_checkpoints, tmp_path_factory) -> Path:
+    return build_tiny_indexes(
+        tmp_path_factory.mktemp("good"), shared_tiny_beir, tiny_checkpoints, [("baseline", "none")]
+    )
+
+
+def damaged_variants(built: Path, root: Path) -> dict[str, str]:
+    """Beside a good baseline and bm25: one index per (manifest key, deleted | wrong type). Name -> the key."""
+    shutil.copytree(built / "baseline", root / "baseline")
+    shutil.copytree(built / "bm25", root / "bm25")
+    variants = {}
+    for source in ("baseline", "bm25"):
+        manifest = json.loads((built / source / "manifest.json").read_text())
+        for key in manifest:
+            for how in ("deleted", "wrong"):
+                name = f"{source}--{key}--{how}"
+                shutil.copytree(built / source, root / name)
+                damaged = dict(manifest)
+                if how == "deleted":
+                    del damaged[key]
+                else:
+                    damaged[key] = wrong_type(manifest[key])
+                (root / name / "manifest.json").write_text(json.dumps(damaged))
+                variants[name] = key
+    return variants
+
+
+def test_every_damaged_manifest_key_leaves_the_service_up(built, tiny_checkpoints, tmp_path):
+    variants = damaged_variants(built, tmp_path)
+    with TestClient(create_app(tmp_path, tiny_checkpoints, load_in_background=False)) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        models = {m["name"]: m for m in client.get("/models").json()["models"]}
+        for good in ("baseline", "bm25"):
+            assert models[good]["available"]
+            assert client.get("/search", params={"model": good, "q": "cell protein"}).status_code == 200
+        unavailable = 0
+        for name, key in variants.items():
+            if not models[name]["available"]:
+                unavailable += 1
+                assert key in models[name]["reason"], (name, models[name]["reason"])
+                continue
+            # Only an optional key may go: the index still answers every endpoint, without a 500.
+            for path in ("/search", "/histogram", "/geometry"):
+                got = client.get(path, params={"model": name, "q": "cell protein", "format": "json"})
+                assert got.status_code in (200, 409), (name, path, got.text[:200])
+        assert unavailable >= len(variants) // 2  # every wrong type, and every required key deleted
+        for path in ("/compare?q=cell", "/histogram?format=json", "/histogram", "/models", "/"):
+            assert client.get(path).status_code == 200, path
+
+
+def test_wrong_types_are_all_refused(built, tiny_checkpoints, tmp_path):
+    variants = damaged_variants(built, tmp_path)
+    entries, _ = load_entries(tmp_path, tiny_checkpoints)
+    wrong = [name for name in variants if name.endswith("--wrong")]
+    assert wrong and [name for name in wrong if entries[name].available] == []
+
+
+CONFIG_FIELDS = ["model", "train", "step", "tokens_seen", "train_tokens_in_corpus", "unseen_token_ids"]
+MODEL_FIELDS = ["vocab_size", "n_embd", "n_layer", "n_head", "block_size", "pad_id"]
+
+
+@pytest.mark.parametrize("how", ["deleted", "wrong", "negative"])
+@pytest.mark.parametrize("field", CONFIG_FIELDS + [f"model.{f}" for f in MODEL_FIELDS])
+def test_a_damaged_checkpoint_config_makes_only_its_model_unavailable(built, tiny_checkpoints, tmp_path, field, how):
+    if how == "negative" and not field.startswith("model."):
+        pytest.skip("negative sizes apply to the model settings")
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints, checkpoints)
+    config_file = checkpoints / "baseline" / "config.json"
+    config = json.loads(config_file.read_text())
+    holder, key = (config["model"], field[6:]) if field.startswith("model.") else (config, field)
+    if how == "deleted":
+        del holder[key]
+    else:
+        holder[key] = -4 if how == "negative" else wrong_type(holder[key])
+    config_file.write_text(json.dumps(config))
+    entries, _ = load_entries(built, checkpoints)
+    assert not entries["baseline"].available and "corrupt checkpoint config" in entries["baseline"].reason
+    assert entries["bm25"].available
+    assert main(["geometry", "checkpoint", str(checkpoints / "baseline")]) == 2
+
+
+def test_the_app_with_a_damaged_checkpoint_config_is_ready(built, tiny_checkpoints, tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints, checkpoints)
+    config = json.loads((checkpoints / "baseline" / "config.json").read_text())
+    config["model"]["n_embd"] = "x"
+    (checkpoints / "baseline" / "config.json").write_text(json.dumps(config))
+    with TestClient(create_app(built, checkpoints, load_in_background=False)) as client:
+        assert client.get("/readyz").status_code == 200
+        assert client.get("/search", params={"model": "bm25", "q": "cell"}).status_code == 200
+        assert client.get("/search", params={"model": "baseline", "q": "cell"}).status_code == 409
+
+
+# The swap: the child process rebuilds the bm25 index and SIGKILLs itself before its Nth file-system step.
+KILL_AT_STEP = """
+import os, shutil, signal, sys
+from cone.data.loaders import load_beir
+from cone.indexing.lexical import build_bm25
+
+step, count = int(sys.argv[3]), [0]
+
+def killing(real):
+    def call(*args, **kwargs):
+        count[0] += 1
+        if count[0] == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return call
+
+os.rename, os.replace, shutil.rmtree = killing(os.rename), killing(os.replace), killing(shutil.rmtree)
+build_bm25(load_beir(sys.argv[1], "tiny"), __import__("pathlib").Path(sys.argv[2]), progress=False)
+print("steps", count[0])
+"""
+
+
+def _build_killed_at(step: int, beir: Path, folder: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-c", KILL_AT_STEP, str(beir), str(folder), str(step)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def test_a_kill_at_every_step_of_the_swap_leaves_a_servable_index(built, shared_tiny_beir, tmp_path):
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / "bm25")
+    # Step 0 never kills: it counts the steps of a build over an existing index (and its leftovers).
+    full = _build_killed_at(0, shared_tiny_beir, root / "bm25")
+    steps = int(full.stdout.split()[-1])
+    assert steps >= 3  # write the manifest, move the old index aside, move the new one in, remove the old
+    for step in range(1, steps + 1):
+        killed = _build_killed_at(step, shared_tiny_beir, root / "bm25")
+        assert killed.returncode == -signal.SIGKILL, (step, killed.stderr[-500:])
+        entries, notes = load_entries(root)
+        bm25 = entries["bm25"]
+        assert bm25.available, (step, bm25.reason, sorted(p.name for p in root.iterdir()))
+        assert len(bm25.index.docs) == 40 and bm25.search("cell protein", 3)[0]
+    # The next complete build cleans what the killed ones left.
+    assert _build_killed_at(0, shared_tiny_beir, root / "bm25").returncode == 0
+    assert sorted(p.name for p in root.iterdir()) == ["bm25"]
+
+
+def test_a_kill_between_the_two_renames_is_recovered_and_said(built, shared_tiny_beir, tmp_path):
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / "bm25")
+    steps = int(_build_killed_at(0, shared_tiny_beir, root / "bm25").stdout.split()[-1])
+    for step in range(1, steps + 1):
+        shutil.rmtree(root)
+        shutil.copytree(built / "bm25", root / "bm25")
+        _build_killed_at(step, shared_tiny_beir, root / "bm25")
+        if not (root / "bm25").exists():  # this step fell between the renames
+            entries, notes = load_entries(root)
+            assert entries["bm25"].available and len(notes) == 1 and "recovered from .bm25.tmp-" in notes[0]
+            return
+    pytest.fail("no step of the swap left the name empty: the kill injection did not reach the renames")
+
+
+# Hostile requests.
+@pytest.fixture(scope="module")
+def client(built, tiny_checkpoints):
+    with TestClient(create_app(built, tiny_checkpoints, load_in_background=False)) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"model": "baseline", "q": "cell", "k": NaN}',
+        '{"model": "baseline", "q": "cell", "k": Infinity}',
+        '{"model": "baseline", "q": "cell", "k": -Infinity}',
+        '{"model": "baseline", "q": "cell", "k": 1e400}',
+        '{"model": "baseline", "q": "\\ud800"}',
+    ],
+)
+def test_non_finite_numbers_and_lone_surrogates_are_a_422(client, body):
+    response = client.post("/search", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422 and json.loads(response.text)["detail"]
+
+
+def test_a_large_query_is_refused_without_echoing_it(client):
+    q = "protein " * 7000  # 56,000 characters, under the body limit
+    response = client.post("/search", json={"model": "baseline", "q": q})
+    assert response.status_code == 422 and len(response.content) < 2000
+    response = client.get("/search", params={"model": "m" * 5000, "q": "cell"})
+    assert response.status_code == 422 and len(response.content) < 2000
+
+
+def test_a_body_over_the_limit_is_a_413_before_it_is_read(client):
+    big = b'{"model": "baseline", "q": "' + b"x" * (MAX_BODY_BYTES + 1) + b'"}'
+    response = client.post("/search", content=big, headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "request body over" in response.json()["detail"]
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(20):
+            yield b"x" * 16_384
+
+    response = client.post("/search", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413
+
+
+def test_a_300_mb_upload_is_refused_from_its_headers(built, tiny_checkpoints):
+    port = free_port()
+    app = create_app(built, tiny_checkpoints)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", timeout=60)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            head = "POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            conn.sendall((head + f"Content-Length: {300 * 2**20}\r\n\r\n").encode())
+            answer = conn.recv(4096).decode()  # the answer comes before a single byte of the body is sent
+        assert answer.startswith("HTTP/1.1 413")
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+# The command line's bad inputs: one line naming the file, exit 2.
+def _one_line_error(capsys, argv, *fragments) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("cone: error:") and err.count("\n") == 1 and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        (b'{"_id": "d1", "title": "t", "text": "caf\xe9 au lait"}', "corpus.jsonl:41: not valid UTF-8"),
+        (b'{"_id": "d1", "title": "t", "text": null}', "corpus.jsonl:41: 'text' is NoneType"),
+        (b'{"_id": "d1", "title": "t", "text": {"a": 1}}', "corpus.jsonl:41: 'text' is dict"),
+        (b'{"_id": true, "title": "t", "text": "x"}', "corpus.jsonl:41: '_id' is bool"),
+        (b'{"_id": "d1", "title": 3, "text": "x"}', "corpus.jsonl:41: 'title' is int"),
+    ],
+)
+def test_bad_corpus_lines_are_named(tiny_beir, tmp_path, capsys, line, fragment):
+    corpus = tiny_beir / "tiny" / "corpus.jsonl"
+    corpus.write_bytes(corpus.read_bytes() + line + b"\n")
+    argv = ["index", "--model", "bm25", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--out", str(tmp_path)]
+    _one_line_error(capsys, argv, fragment)
+
+
+def test_an_empty_corpus_is_one_line(tiny_beir, tmp_path, capsys):
+    (tiny_beir / "tiny" / "corpus.jsonl").write_text("")
+    argv = ["index", "--model", "bm25", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--out", str(tmp_path)]
+    _one_line_error(capsys, argv, "corpus.jsonl: no documents")
+
+
+@pytest.mark.parametrize("value", ["x", -4])
+def test_a_checkpoint_config_with_a_bad_width_is_one_line(tiny_checkpoints, tmp_path, capsys, value):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoints / "baseline", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["model"]["n_embd"] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    _one_line_error(capsys, ["geometry", "checkpoint", str(folder)], "config.json", "n_embd")
+
+
+@pytest.mark.parametrize(
+    ("matrix", "fragment"),
+    [
+        (np.full((3, 4), 1e300), "overflow float64"),
+        (np.zeros((5, 8)), "rows 0, 1, 2, 3, 4 (5 of 5) all zero"),
+        (np.vstack([np.ones((3, 4)), np.zeros((1, 4))]), "row 3 (1 of 4) all zero"),
+    ],
+)
+def test_vectors_no_instrument_can_measure_are_refused_with_their_rows(tmp_path, capsys, matrix, fragment):
+    path = tmp_path / "x.npy"
+    np.save(path, matrix)
+    _one_line_error(capsys, ["geometry", "vectors", str(path), "--json"], fragment)
+
+
+def test_json_output_is_always_valid_json():
+    text = dump_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
