@@ -2,9 +2,9 @@
 
 1. In-process: the same Entry.search the service calls (encode the query + FAISS search), median per query.
 2. `cone serve` in a subprocess; wrk with 1 connection (overhead: p50 / in-process) and with 16
-   connections for 30 s (errors, p50, p99, throughput).
+   connections for 30 s (errors, p50, p99, throughput), optionally with /admin/reload every S seconds.
 
-Usage: python benchmarks/load_bench.py --indexes DIR --model minilm [--seconds 30] [--connections 16]
+Usage: python benchmarks/load_bench.py --indexes DIR --model minilm [--seconds 30] [--connections 16] [--reload-every S]
 Needs wrk (Debian package `wrk`). Queries: the dataset's test queries, read from --data-dir.
 """
 
@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -62,6 +65,17 @@ def parse_wrk(output: str) -> dict:
     }
 
 
+def reload_loop(url: str, key: str, every: float, stop: threading.Event, counts: dict) -> None:
+    """POST /admin/reload every ``every`` seconds while wrk runs: the swap must cost no request."""
+    while not stop.wait(every):
+        request = urllib.request.Request(url + "/admin/reload", method="POST", headers={"X-API-Key": key})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                counts["ok" if response.status == 200 else "failed"] += 1
+        except OSError:
+            counts["failed"] += 1
+
+
 def run_wrk(url: str, script: Path, connections: int, seconds: int) -> dict:
     threads = min(2, connections)
     command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url]
@@ -69,7 +83,7 @@ def run_wrk(url: str, script: Path, connections: int, seconds: int) -> dict:
 
 
 def in_process_ms(indexes: Path, checkpoints: Path | None, model: str, queries: list[str]) -> float:
-    entry = load_entries(indexes, checkpoints)[model]
+    entry = load_entries(indexes, checkpoints)[0][model]
     if not entry.available:
         raise SystemExit(f"model {model!r} unavailable: {entry.reason}")
     for q in queries[:5]:
@@ -91,6 +105,7 @@ def main() -> None:
     parser.add_argument("--dataset", default="scifact")
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--reload-every", type=float, default=0, help="seconds between /admin/reload calls (0: none)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -100,10 +115,12 @@ def main() -> None:
     local_ms = in_process_ms(args.indexes, args.checkpoints, args.model, queries)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    admin_key = secrets.token_hex(8)
     server = subprocess.Popen(
         [sys.executable, "-m", "cone", "serve", "--indexes", str(args.indexes), "--port", str(port)]
         + (["--checkpoints", str(args.checkpoints)] if args.checkpoints else []),
         stdout=subprocess.DEVNULL,
+        env={**os.environ, "CONE_ADMIN_KEY": admin_key},
     )
     try:
         wait_ready(url)
@@ -111,7 +128,11 @@ def main() -> None:
             handle.write(lua_script(args.model, queries))
         script = Path(handle.name)
         single = run_wrk(url, script, 1, min(10, args.seconds))
+        stop, reloads = threading.Event(), {"ok": 0, "failed": 0}
+        if args.reload_every:
+            threading.Thread(target=reload_loop, args=(url, admin_key, args.reload_every, stop, reloads)).start()
         loaded = run_wrk(url, script, args.connections, args.seconds)
+        stop.set()
     except (ConeError, TimeoutError) as exc:
         raise SystemExit(str(exc)) from None
     finally:
@@ -123,6 +144,7 @@ def main() -> None:
         "one_client": single,
         "overhead_p50_ratio": single["p50_ms"] / local_ms,
         f"{args.connections}_clients": loaded,
+        "reloads": reloads,
         "load_rps_vs_in_process_capacity": loaded["rps"] / (1e3 / local_ms),
     }
     if args.json:
@@ -138,6 +160,8 @@ def main() -> None:
         f"{loaded['rps']:.1f} req/s, p50 {loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms "
         f"(throughput = {result['load_rps_vs_in_process_capacity']:.2f}× one in-process worker)"
     )
+    if args.reload_every:
+        print(f"reloads during the load: {reloads['ok']} ok, {reloads['failed']} failed")
 
 
 if __name__ == "__main__":
