@@ -131,8 +131,10 @@ def main() -> None:
         stop, reloads = threading.Event(), {"ok": 0, "failed": 0}
         if args.reload_every:
             threading.Thread(target=reload_loop, args=(url, admin_key, args.reload_every, stop, reloads)).start()
-        loaded = run_wrk(url, script, args.connections, args.seconds)
-        stop.set()
+        try:
+            loaded = run_wrk(url, script, args.connections, args.seconds)
+        finally:
+            stop.set()
     except (ConeError, TimeoutError) as exc:
         raise SystemExit(str(exc)) from None
     finally:

@@ -13,6 +13,7 @@ from cone.data.loaders import data_dir
 from cone.encoders.registry import LM_MODELS, MODEL_NAMES, missing
 from cone.eval.harness import load_eval_data
 from cone.geometry.synthetic import synthetic_report
+from cone.models.analysis import checkpoint_report
 from cone.models.checkpoint import checkpoints_dir
 
 DEFAULT_OUT = Path("runs/demo")
@@ -46,7 +47,6 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from cone.models.analysis import checkpoint_report  # torch is imported only when a checkpoint is measured
 
     print("== 1. The instruments on five synthetic distributions (cone geometry synthetic) ==")
     print(render_synthetic(synthetic_report()))

@@ -76,7 +76,9 @@ def evaluate_and_report(
 
 def summary(results: list[EvalResult], files: report.ReportFiles) -> str:
     rows = [{"model": r.label, **r.metrics} for r in results if r.available]
-    where = f"report: {files.markdown}, {files.json}, figures in {files.json.parent / report.FIGURES}"
+    where = (
+        f"report: {files.markdown}, {files.json}; {len(files.figures)} figures in {files.json.parent / report.FIGURES}"
+    )
     return f"{table(rows, ('model', *SUMMARY))}\n\n{where}"
 
 

@@ -11,6 +11,8 @@ from cone.cli.options import add_checkpoints_option
 from cone.errors import InputError
 from cone.geometry import INSTRUMENTS, measure
 from cone.geometry.synthetic import synthetic_report
+from cone.models.analysis import checkpoint_report
+from cone.models.checkpoint import resolve_checkpoint
 from cone.output import dump_json, table
 
 SYNTHETIC_COLUMNS = [
@@ -125,9 +127,6 @@ def render_checkpoint(report: dict) -> str:
 
 
 def run_checkpoint(args: argparse.Namespace) -> int:
-    from cone.models.analysis import checkpoint_report  # torch is imported only when a checkpoint is measured
-    from cone.models.checkpoint import resolve_checkpoint
-
     report = checkpoint_report(resolve_checkpoint(args.path, args.checkpoints))
     print(dump_json(report) if args.json else render_checkpoint(report))
     return 0

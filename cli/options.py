@@ -30,13 +30,12 @@ def add_progress_option(parser: argparse.ArgumentParser) -> None:
 
 
 def layer(text: str) -> str | int:
-    """last | emb | an integer index into the model's hidden states."""
+    """last | emb | the number of a hidden state (0 = input embeddings, 1 = after the first block, ...)."""
     if text in ("last", "emb"):
         return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected last, emb or an integer, got {text!r}") from None
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected last, emb or a layer number 0, 1, ..., got {text!r}")
+    return int(text)
 
 
 def comma_list(text: str) -> list[str]:
@@ -57,6 +56,13 @@ def positive_int(text: str) -> int:
     value = _parse(text, int, "an integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _parse(text, int, "an integer")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
     return value
 
 

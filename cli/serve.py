@@ -35,12 +35,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_serve)
 
 
+def body_limit_from_env() -> int:
+    try:
+        return positive_int(os.environ.get(MAX_BODY_ENV, str(MAX_BODY_BYTES)))
+    except argparse.ArgumentTypeError as exc:
+        raise InputError(f"${MAX_BODY_ENV}: {exc}") from None
+
+
 def serve(indexes: Path, host: str, port: int, checkpoints: Path | None, max_body_bytes: int | None = None) -> None:
     import uvicorn
 
     from cone.service.app import create_app
 
-    limit = max_body_bytes or int(os.environ.get(MAX_BODY_ENV, MAX_BODY_BYTES))
+    limit = max_body_bytes or body_limit_from_env()
     print(f"cone: serving {indexes} at http://{host}:{port}/ (API docs: http://{host}:{port}/docs)", flush=True)
     uvicorn.run(create_app(indexes, checkpoints, max_body_bytes=limit), host=host, port=port, log_level="warning")
 

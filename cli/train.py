@@ -9,7 +9,13 @@ import argparse
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from cone.cli.options import add_data_dir_option, add_progress_option, non_negative_float, positive_int
+from cone.cli.options import (
+    add_data_dir_option,
+    add_progress_option,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
 from cone.data.loaders import data_dir
 from cone.errors import Interrupted
 from cone.models.corpus import default_corpus_files
@@ -24,7 +30,7 @@ TRAIN_OPTIONS = {
     "batch_size": (positive_int, "sequences per step"),
     "lr": (non_negative_float, "peak learning rate (cosine decay to lr / 10)"),
     "eval_interval": (positive_int, "steps between eval / log / checkpoint"),
-    "seed": (int, "seed of the weights and of the data order"),
+    "seed": (non_negative_int, "seed of the weights and of the data order"),
 }
 MODEL_OPTIONS = {
     "vocab_size": (positive_int, "BPE vocabulary size"),

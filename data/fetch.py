@@ -27,12 +27,13 @@ SOURCES = {
 TIMEOUT_S = 30
 
 
-def download(url: str) -> bytes:
+def download(url: str, progress: bool = True) -> bytes:
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
             buffer = io.BytesIO()
-            with tqdm(total=total, unit="B", unit_scale=True, desc=url.rsplit("/", 1)[-1]) as bar:
+            name = url.rsplit("/", 1)[-1]
+            with tqdm(total=total, unit="B", unit_scale=True, desc=name, disable=not progress) as bar:
                 for block in iter(lambda: response.read(1 << 16), b""):
                     buffer.write(block)
                     bar.update(len(block))
@@ -69,10 +70,10 @@ def install_stsb(payload: bytes, root: Path) -> Path:
     return target
 
 
-def fetch(dataset: str, root: Path) -> Path:
+def fetch(dataset: str, root: Path, progress: bool = True) -> Path:
     """Download ``dataset`` (scifact or stsb) into ``root``; returns the folder written."""
     if dataset not in SOURCES:
         raise InputError(f"unknown dataset {dataset!r}; choose from {', '.join(sorted(SOURCES))}")
     root.mkdir(parents=True, exist_ok=True)
-    payload = download(SOURCES[dataset])
+    payload = download(SOURCES[dataset], progress)
     return (install_scifact if dataset == "scifact" else install_stsb)(payload, root)

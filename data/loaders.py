@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cone.errors import InputError
+from cone.jsontypes import of_type, type_names
 
 DATA_DIR_ENV = "CONE_DATA_DIR"
 DEFAULT_DATA_DIR = Path("../shared/datasets")
@@ -62,9 +63,10 @@ def _check_fields(record: object, required: Fields, optional: Fields, where: str
         value = record.get(key)
         if value is None and key in optional:
             continue
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            names = " or ".join(k.__name__ for k in kinds)
-            raise InputError(f"{where}: {key!r} is {type(value).__name__} {str(value)[:30]!r}, expected {names}")
+        if not of_type(value, kinds):
+            raise InputError(
+                f"{where}: {key!r} is {type(value).__name__} {str(value)[:30]!r}, expected {type_names(kinds)}"
+            )
     return record
 
 

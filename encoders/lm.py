@@ -9,6 +9,7 @@ import torch
 from tqdm import tqdm
 
 from cone.encoders.base import files_fingerprint
+from cone.errors import InputError
 from cone.models.checkpoint import WEIGHTS, load_checkpoint
 
 
@@ -18,6 +19,9 @@ class LMEncoder:
     def __init__(self, name: str, path: Path, layer: str | int = "last") -> None:
         self.model, self.tokenizer, _ = load_checkpoint(path)
         self.name = name
+        states = self.model.cfg.n_layer + 1  # input embeddings, then one per block
+        if layer not in ("last", "emb") and not (isinstance(layer, int) and 0 <= layer < states):
+            raise InputError(f"layer {layer!r} of {name}: choose last, emb or 0..{states - 1}")
         self.layer = layer
         self.dim = self.model.cfg.n_embd
         self.fingerprint = files_fingerprint([Path(path) / WEIGHTS]) + (f"-layer{layer}" if layer != "last" else "")

@@ -6,9 +6,8 @@ from pathlib import Path
 
 from cone.encoders.base import Encoder
 from cone.errors import InputError, ModelUnavailable
-from cone.models.checkpoint import REFERENCE_MODELS, checkpoints_dir
+from cone.models.checkpoint import LM_MODELS, checkpoints_dir
 
-LM_MODELS = REFERENCE_MODELS
 MODEL_NAMES = (*LM_MODELS, "roberta", "minilm", "bm25")
 
 

@@ -107,7 +107,7 @@ def write_figures(out: Path, results: list[EvalResult]) -> list[Path]:
     dense = [r for r in results if r.samples is not None]
     written = []
     for r in dense:
-        written.append(folder / f"hist-{r.slug}.png")
+        written.append(folder / f"hist-{r.index}.png")
         _hist_pair(r, written[-1])
     for spec in dict.fromkeys(r.postprocess for r in dense):
         written.append(folder / f"random-pairs-{spec.replace(':', '')}.png")

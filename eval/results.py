@@ -40,12 +40,6 @@ class EvalResult:
         name = self.model if self.layer == "last" else f"{self.model}[{self.layer}]"
         return name if self.postprocess == "none" else f"{name}+{self.postprocess}"
 
-    @property
-    def slug(self) -> str:
-        """The label, safe in a file name."""
-        replace = {"+": "-", ":": "", "/": "_", "[": "-", "]": ""}
-        return "".join(replace.get(c, c) for c in self.label)
-
     def to_json(self) -> dict:
         """The report.json record (docs/eval.md); the raw samples stay out."""
         return {

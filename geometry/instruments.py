@@ -42,7 +42,6 @@ def as_matrix(x: object) -> np.ndarray:
         arr = arr.astype(np.float64)
     if not np.isfinite(arr).all():
         raise InputError("array contains NaN or inf")
-    _refuse_rows(arr)
     return arr
 
 
@@ -51,7 +50,7 @@ def _rows_named(rows: np.ndarray, n: int) -> str:
     return f"row{'s' * (len(rows) > 1)} {shown} ({len(rows)} of {n})"
 
 
-def _refuse_rows(x: np.ndarray) -> None:
+def refuse_unmeasurable_rows(x: np.ndarray) -> None:
     """Rows no instrument can measure honestly: all zero (no direction, so no cosine), or so large that their
     squared norm overflows float64 (every sum over them would be inf or NaN)."""
     zero = np.flatnonzero(~x.any(axis=1))
@@ -291,8 +290,10 @@ def uniformity(x: object, t: float = 2.0, n_pairs: int = UNIFORMITY_PAIRS, seed:
 
 
 def measure(x: object, with_centered: bool = False) -> dict[str, float]:
-    """Every instrument on one matrix, as a flat dict of floats (one pass for moments)."""
+    """Every instrument on one matrix, as a flat dict of floats (one pass for moments). Refuses all-zero or
+    overflowing rows, which would make the cosine instruments meaningless."""
     x = as_matrix(x)
+    refuse_unmeasurable_rows(x)
     stats = moments(x)
     aniso = anisotropy(x)
     unif = uniformity(x)

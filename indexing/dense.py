@@ -129,7 +129,11 @@ class DenseIndex:
                 self.params = {k: npz[k] for k in npz.files}
         except (RuntimeError, OSError, ValueError, EOFError) as exc:
             raise DamagedIndex(f"{self.folder}: corrupt index files ({str(exc).splitlines()[0][:160]})") from None
-        set_search_params(self.faiss_index, self.manifest.search_params)
+        try:
+            set_search_params(self.faiss_index, self.manifest.search_params)
+        except InputError as exc:
+            raise DamagedIndex(f"{self.folder}: manifest's search_params: {exc}") from None
+        self._check_params()
         if self.faiss_index.d != encoder.dim or self.faiss_index.ntotal != self.manifest.n_docs:
             raise DamagedIndex(
                 f"{self.folder}: index holds {self.faiss_index.ntotal} x {self.faiss_index.d}, manifest says "
@@ -137,6 +141,14 @@ class DenseIndex:
             )
         self.docs = store.read_docs(self.folder, self.manifest.n_docs)
         self.encoder = encoder
+
+    def _check_params(self) -> None:
+        """The fitted correction on disk must be the one the manifest names, array by array."""
+        shapes = {k: list(v.shape) for k, v in self.params.items()}
+        wrong_dim = any(shape[0] != self.manifest.dim for shape in shapes.values())
+        named = sorted(shapes) == pp.param_names(self.manifest.postprocess)
+        if wrong_dim or not named or shapes != (self.manifest.postprocess_params or {}):
+            raise DamagedIndex(f"{self.folder}: {PARAMS_FILE} does not hold the {self.manifest.postprocess!r} fit")
 
     def _check_encoder(self, encoder: Encoder) -> None:
         if self.manifest.kind != "dense":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import numpy as np
 
@@ -51,7 +51,6 @@ class Index(Protocol):
         ...
 
 
-@runtime_checkable
 class VectorIndex(Index, Protocol):
     """An index over vectors: it can say where queries and documents lie in its (corrected) space."""
 

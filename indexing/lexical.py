@@ -44,8 +44,13 @@ class BM25Index:
             raise DamagedIndex(f"{self.folder}: a {self.manifest.kind} index, not a BM25 one")
         try:
             self.retriever = bm25s.BM25.load(str(self.folder / BM25_FOLDER))
-        except (OSError, ValueError, KeyError) as exc:
-            raise DamagedIndex(f"{self.folder}: corrupt BM25 index ({exc})") from None
+        except (OSError, ValueError, KeyError, EOFError) as exc:
+            raise DamagedIndex(f"{self.folder}: corrupt BM25 index ({exc or type(exc).__name__})") from None
+        if self.retriever.scores.get("num_docs") != self.manifest.n_docs:
+            raise DamagedIndex(
+                f"{self.folder}: BM25 index holds {self.retriever.scores.get('num_docs')} documents, "
+                f"manifest says {self.manifest.n_docs}"
+            )
         self.docs = store.read_docs(self.folder, self.manifest.n_docs)
 
     def search(self, queries: Queries, k: int, progress: bool = False) -> SearchResult:

@@ -29,6 +29,13 @@ def parse(spec: str) -> str:
     raise InputError(f"unknown --postprocess {spec!r}; choose none, center, whiten or abtt:K (K >= 1)")
 
 
+def param_names(spec: str) -> list[str]:
+    """The arrays ``fit`` returns for ``spec``, sorted."""
+    spec = parse(spec)
+    extra = {"none": [], "center": [], "whiten": ["transform"]}.get(spec, ["directions"])
+    return sorted(extra + (["mean"] if spec != "none" else []))
+
+
 def fit(vectors: np.ndarray, spec: str) -> dict[str, np.ndarray]:
     """The parameters of ``spec`` on the corpus vectors (float64 arrays, saved with the index)."""
     spec = parse(spec)

@@ -1,13 +1,13 @@
 """An index on disk: one folder with manifest.json, the index files, and docs.jsonl.
 
 Builds write a hidden temporary folder and rename it into place, so a reader never sees a
-half-written index: an interrupted build leaves the previous index (or nothing) behind.
+half-written index: an interrupted build leaves the previous index behind, or (killed between the two
+renames of the swap) both folders complete, and ``recover`` puts the newer one back under the name.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -22,11 +22,13 @@ from cone import __version__
 from cone.data.loaders import Corpus
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import postprocess
+from cone.jsontypes import is_number, of_type, type_names
 
 MANIFEST = "manifest.json"
 DOCS = "docs.jsonl"
 SNIPPET_CHARS = 300
 KINDS = ("dense", "bm25")
+PAIR_STATS = ("mean", "std", "p1", "p50", "p99")  # of random_pair_cosines, beside n_pairs and the histogram
 FORMAT = 1  # of manifest.json; a manifest of another format is refused, not guessed at
 
 
@@ -144,24 +146,18 @@ def _check_key(data: dict, key: str, kinds: tuple[type, ...], source: Path, requ
             raise DamagedIndex(f"{source}: manifest lacks {key!r}")
         return
     value = data[key]
-    wrong_bool = isinstance(value, bool) and bool not in kinds  # JSON true is not a count
-    if wrong_bool or not isinstance(value, kinds):
-        names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
-        raise DamagedIndex(f"{source}: manifest's {key!r} is {str(value)[:40]!r}, not {names}")
+    if not of_type(value, kinds):
+        raise DamagedIndex(f"{source}: manifest's {key!r} is {str(value)[:40]!r}, not {type_names(kinds)}")
     if key == "kind" and value not in KINDS:
         raise DamagedIndex(f"{source}: manifest's 'kind' is {value!r}, not one of {', '.join(KINDS)}")
-    if key in ("n_docs", "dim") and value is not None and value < (0 if key == "n_docs" else 1):
+    if key in ("n_docs", "dim") and value is not None and value < 1:
         raise DamagedIndex(f"{source}: manifest's {key!r} is {value}")
     if key == "layer" and value not in ("last", "emb") and not (isinstance(value, int) and value >= 0):
         raise DamagedIndex(f"{source}: manifest's 'layer' is {str(value)[:20]!r}, not last, emb or a layer number")
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _check_numbers(values: dict, what: str, source: Path) -> None:
-    bad = [k for k, v in values.items() if not _is_number(v)]
+    bad = [k for k, v in values.items() if not is_number(v)]
     if bad:
         raise DamagedIndex(f"{source}: manifest's {what} has a non-numeric {bad[0]!r}")
 
@@ -169,15 +165,17 @@ def _check_numbers(values: dict, what: str, source: Path) -> None:
 def _check_pair_cosines(summary: dict, source: Path) -> None:
     what = "'random_pair_cosines'"
     histogram = summary.get("histogram")
-    stats = {k: summary.get(k) for k in ("mean", "std", "p1", "p50", "p99", "n_pairs")}
+    stats = {k: summary.get(k) for k in PAIR_STATS}
     _check_numbers(stats, what, source)
-    if not isinstance(histogram, dict):
-        raise DamagedIndex(f"{source}: manifest's {what} lacks its histogram")
+    if not of_type(summary.get("n_pairs"), (int,)) or set(summary) != {*PAIR_STATS, "n_pairs", "histogram"}:
+        raise DamagedIndex(f"{source}: manifest's {what} needs {', '.join(PAIR_STATS)}, n_pairs and histogram")
+    if not isinstance(histogram, dict) or set(histogram) != {"edges", "counts"}:
+        raise DamagedIndex(f"{source}: manifest's {what} lacks its histogram (edges and counts)")
     edges, counts = histogram.get("edges"), histogram.get("counts")
     if not (isinstance(edges, list) and isinstance(counts, list) and len(edges) == len(counts) + 1 > 1):
         raise DamagedIndex(f"{source}: manifest's {what} histogram needs edges one longer than counts")
     _check_numbers(dict(enumerate(edges)), f"{what} histogram edges", source)
-    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+    if not all(of_type(c, (int,)) and c >= 0 for c in counts):
         raise DamagedIndex(f"{source}: manifest's {what} histogram counts are not counts")
 
 
@@ -201,8 +199,13 @@ def recover(target: Path) -> str | None:
     complete = [p for p in _leftovers(target) if (p / MANIFEST).is_file()]
     if not complete:
         return None
-    newest = max(complete, key=lambda p: (".tmp-" in p.name, p.stat().st_mtime_ns))
-    os.rename(newest, target)
+    try:
+        newest = max(complete, key=lambda p: (".tmp-" in p.name, p.stat().st_mtime_ns))
+        os.rename(newest, target)
+    except FileNotFoundError:  # a builder's own rename got there first: the name holds its index
+        return None
+    except OSError as exc:  # a read-only volume, say: the index stays unrecovered, the caller is told why
+        return f"{target}: missing, and {newest.name} could not be put back ({exc.strerror})"
     return f"{target}: recovered from {newest.name} (a build was interrupted while swapping it in)"
 
 
@@ -211,7 +214,7 @@ def atomic_folder(target: Path) -> Iterator[Path]:
     """Yield a temporary folder; on success it replaces ``target``, on failure it is removed.
 
     A name always holds a complete index: a kill between the two renames below leaves both folders
-    complete, and ``recover`` (run by every reader and by the next build) puts the newer one back.
+    complete, and ``recover`` (run by ``list_indexes``, the eval and the next build) puts the newer one back.
     The next build also removes what interrupted builds left. One builder per folder at a time."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -228,7 +231,11 @@ def atomic_folder(target: Path) -> Iterator[Path]:
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
     if target.exists():
         os.rename(target, old)
-    os.rename(tmp, target)
+    try:
+        os.rename(tmp, target)
+    except FileNotFoundError:  # a reader's recover() moved this very folder into place between the renames
+        if not (target / MANIFEST).is_file():
+            raise
     shutil.rmtree(old, ignore_errors=True)
 
 

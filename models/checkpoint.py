@@ -17,17 +17,19 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from cone.errors import InputError
+from cone.jsontypes import of_type
 from cone.models.gpt import GPT, GPTConfig
 from cone.models.tokenizer import load_tokenizer
 
 CHECKPOINTS_ENV = "CONE_CHECKPOINTS"
-REFERENCE_MODELS = ("baseline", "regularized")
+LM_MODELS = ("baseline", "regularized")
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"
 TOKEN_COUNTS = "token_counts.safetensors"
 LOG = "train_log.jsonl"
 RESUME = "resume.pt"
+FORMAT = 1  # of config.json; written by save_checkpoint, absent in the first checkpoints (read as 1)
 
 
 def checkpoints_dir(explicit: Path | None = None) -> Path:
@@ -42,7 +44,7 @@ def checkpoints_dir(explicit: Path | None = None) -> Path:
 
 def resolve_checkpoint(path: Path, checkpoints: Path | None = None) -> Path:
     """A checkpoint folder as given, or a reference model's name (baseline, regularized) in ``checkpoints_dir``."""
-    if not Path(path).exists() and str(path) in REFERENCE_MODELS:
+    if not Path(path).exists() and str(path) in LM_MODELS:
         return checkpoints_dir(checkpoints) / str(path)
     return Path(path)
 
@@ -78,7 +80,6 @@ def save_checkpoint(
         _atomic(out / RESUME, lambda p: torch.save(resume_state, p))
 
 
-FORMAT = 1  # of config.json; written by save_checkpoint, absent in the first checkpoints (read as 1)
 CONFIG_KEYS = {
     "model": dict,
     "train": dict,
@@ -98,7 +99,7 @@ def _check_config(payload: object) -> None:
     for key, kind in CONFIG_KEYS.items():
         if key not in payload:
             raise KeyError(key)
-        if isinstance(payload[key], bool) or not isinstance(payload[key], kind):
+        if not of_type(payload[key], (kind,)):
             raise TypeError(f"{key!r} is {str(payload[key])[:30]!r}, not {kind.__name__}")
     absent = [f.name for f in fields(GPTConfig) if f.name not in payload["model"]]
     if absent:  # never a default in place of what the weights were trained with

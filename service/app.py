@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import os
 import threading
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Literal
@@ -14,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from cone import __version__
+from cone.indexing.store import PAIR_STATS
 from cone.service.limits import BodyLimit, short, validation_error
 from cone.service.plots import histogram_png
 from cone.service.registry import Entry, Registry
@@ -95,7 +97,7 @@ def histogram_of(entry: Entry) -> Histogram:
     if summary is None:
         detail = "BM25 scores are not cosines" if entry.manifest and entry.manifest.kind == "bm25" else None
         raise HTTPException(409, f"model {entry.name!r} has no cosine histogram: {detail or 'rebuild its index'}")
-    return Histogram(name=entry.name, **summary["histogram"], **{k: v for k, v in summary.items() if k != "histogram"})
+    return Histogram(name=entry.name, **summary["histogram"], **{k: summary[k] for k in (*PAIR_STATS, "n_pairs")})
 
 
 @router.get("/models", response_model=ModelsResponse, responses=ERRORS)
@@ -205,7 +207,7 @@ def create_app(
     registry = Registry(indexes, checkpoints)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if load_in_background:
             threading.Thread(target=registry.load, name="load-indexes", daemon=True).start()
         else:

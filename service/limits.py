@@ -7,6 +7,7 @@ import json
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 ECHO_CHARS = 40  # an error message quotes at most this much of what was sent
 
@@ -42,10 +43,10 @@ class BodyLimit:
     so, else as soon as the bytes received pass the limit (a chunked upload): the app then sees the body end
     there, and its answer is replaced by the 413."""
 
-    def __init__(self, app, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -55,7 +56,7 @@ class BodyLimit:
             return
         received, too_large, started = 0, False, False
 
-        async def limited_receive():
+        async def limited_receive() -> Message:
             nonlocal received, too_large
             if too_large:
                 return {"type": "http.disconnect"}
@@ -66,7 +67,7 @@ class BodyLimit:
                 return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
-        async def guarded_send(message):
+        async def guarded_send(message: Message) -> None:
             nonlocal started
             if not too_large or started:  # an answer begun before the limit was passed is let through
                 started = started or message["type"] == "http.response.start"
@@ -76,7 +77,7 @@ class BodyLimit:
         if too_large and not started:
             await self._too_large(send)
 
-    async def _too_large(self, send) -> None:
+    async def _too_large(self, send: Send) -> None:
         body = json.dumps({"detail": f"request body over {self.max_bytes:,} bytes"}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})

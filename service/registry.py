@@ -41,13 +41,13 @@ class Entry:
         """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns."""
         with self.lock:
             found = self.index.search([query], max(k, min(len(self.index.docs), SPREAD_DOCS))).hits(0)
-        scores = np.array([hit.score for hit in found])
+        scores = np.array([hit.score for hit in found]) if found else np.zeros(1)  # no hit (an empty IVF probe)
         hits = [{**self.index.docs[hit.row], "rank": rank, "score": hit.score} for rank, hit in enumerate(found[:k], 1)]
         spread = {
             "min": float(scores.min()),
             "median": float(np.median(scores)),
             "max": float(scores.max()),
-            "n": int(len(scores)),
+            "n": len(found),
         }
         return hits, spread
 
@@ -106,7 +106,10 @@ class Registry:
 
     def load(self) -> dict[str, Entry]:
         with self._reload_lock:
-            entries, self.notes = load_entries(self.folder, self.checkpoints)
+            try:
+                entries, self.notes = load_entries(self.folder, self.checkpoints)
+            except Exception as exc:  # the folder itself unreadable: keep what serves, say why, still be ready
+                entries, self.notes = self.entries, [f"{self.folder}: cannot list indexes ({exc})"]
             self.entries = entries  # one assignment: readers see the old set or the new one, never a mix
             self.ready.set()
             return entries

@@ -44,7 +44,7 @@ class SearchRequest(SearchQuery):
     model: str = Field(min_length=1, max_length=MAX_MODEL_CHARS, description="an index name from GET /models")
 
 
-class Hit(BaseModel):
+class SearchHit(BaseModel):
     rank: int
     doc_id: str
     title: str
@@ -68,7 +68,7 @@ class SearchResponse(BaseModel):
     query: str
     k: int
     metric: str
-    hits: list[Hit]
+    hits: list[SearchHit]
     spread: Spread
 
 

@@ -19,9 +19,16 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from cone.cli import main
+from cone.cli.serve import body_limit_from_env
+from cone.data.loaders import load_beir
+from cone.errors import DamagedIndex, InputError
+from cone.indexing import store
+from cone.indexing.lexical import build_bm25
+from cone.indexing.open import open_index
+from cone.indexing.store import REQUIRED
 from cone.output import dump_json
 from cone.service.app import create_app
-from cone.service.registry import load_entries
+from cone.service.registry import Registry, load_entries
 from cone.service.schemas import MAX_BODY_BYTES
 
 from local_service import free_port, wait_ready
@@ -80,17 +87,22 @@ def test_every_damaged_manifest_key_leaves_the_service_up(built, tiny_checkpoint
         for good in ("baseline", "bm25"):
             assert models[good]["available"]
             assert client.get("/search", params={"model": good, "q": "cell protein"}).status_code == 200
-        unavailable = 0
+        unavailable = set()
         for name, key in variants.items():
             if not models[name]["available"]:
-                unavailable += 1
+                unavailable.add(name)
                 assert key in models[name]["reason"], (name, models[name]["reason"])
                 continue
             # Only an optional key may go: the index still answers every endpoint, without a 500.
             for path in ("/search", "/histogram", "/geometry"):
                 got = client.get(path, params={"model": name, "q": "cell protein", "format": "json"})
                 assert got.status_code in (200, 409), (name, path, got.text[:200])
-        assert unavailable >= len(variants) // 2  # every wrong type, and every required key deleted
+        required = {
+            **{f"baseline--{k}--deleted": k for k in REQUIRED["dense"]},
+            **{f"bm25--{k}--deleted": k for k in REQUIRED["bm25"]},
+        }
+        wrong = {name for name in variants if name.endswith("--wrong")}
+        assert unavailable == wrong | set(required)  # every wrong type and every required key; nothing else
         for path in ("/compare?q=cell", "/histogram?format=json", "/histogram", "/models", "/"):
             assert client.get(path).status_code == 200, path
 
@@ -102,7 +114,15 @@ def test_wrong_types_are_all_refused(built, tiny_checkpoints, tmp_path):
     assert wrong and [name for name in wrong if entries[name].available] == []
 
 
-CONFIG_FIELDS = ["model", "train", "step", "tokens_seen", "train_tokens_in_corpus", "unseen_token_ids"]
+CONFIG_FIELDS = [
+    "model",
+    "train",
+    "step",
+    "tokens_seen",
+    "train_tokens_in_corpus",
+    "val_tokens_in_corpus",
+    "unseen_token_ids",
+]
 MODEL_FIELDS = ["vocab_size", "n_embd", "n_layer", "n_head", "block_size", "pad_id"]
 
 
@@ -320,3 +340,99 @@ def test_vectors_no_instrument_can_measure_are_refused_with_their_rows(tmp_path,
 def test_json_output_is_always_valid_json():
     text = dump_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+
+
+# What a review of the hardening found, each pinned by a test.
+def test_a_recovery_that_cannot_rename_is_said_not_raised(built, shared_tiny_beir, tmp_path, monkeypatch):
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / ".bm25.tmp-0123abcd")  # as a kill between the renames leaves it
+    real_rename = store.os.rename
+
+    def read_only(src, dst):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(store.os, "rename", read_only)
+    entries, notes = load_entries(root)
+    assert not entries["bm25"].available and "could not be put back (Read-only file system)" in notes[0]
+    monkeypatch.setattr(store.os, "rename", real_rename)
+
+
+def test_the_registry_is_ready_even_when_its_folder_cannot_be_listed(built, monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError("I/O error")
+
+    monkeypatch.setattr("cone.service.registry.store.list_indexes", broken)
+    registry = Registry(built)
+    registry.load()
+    assert registry.ready.is_set() and "cannot list indexes" in registry.notes[0]
+
+
+def test_a_reader_recovering_during_the_swap_does_not_break_the_build(built, shared_tiny_beir, tmp_path, monkeypatch):
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / "bm25")
+    real_rename = store.os.rename
+
+    def rename_then_a_reader_looks(src, dst):
+        real_rename(src, dst)
+        if Path(dst).name.startswith(".bm25.old-"):  # between the two renames of the swap
+            assert store.recover(root / "bm25") is not None
+
+    monkeypatch.setattr(store.os, "rename", rename_then_a_reader_looks)
+    build_bm25(load_beir(shared_tiny_beir, "tiny"), root / "bm25", progress=False)
+    monkeypatch.setattr(store.os, "rename", real_rename)
+    assert load_entries(root)[0]["bm25"].available
+
+
+def test_a_bad_body_limit_setting_is_one_line(monkeypatch):
+    monkeypatch.setenv("CONE_MAX_BODY_BYTES", "64k")
+    with pytest.raises(InputError, match="CONE_MAX_BODY_BYTES"):
+        body_limit_from_env()
+    monkeypatch.setenv("CONE_MAX_BODY_BYTES", "0")
+    with pytest.raises(InputError, match="positive"):
+        body_limit_from_env()
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["index", "--model", "baseline", "--out", "x", "--layer", "-2"], None),
+        (["train", "--out", "x", "--seed", "-1"], None),
+    ],
+)
+def test_negative_layers_and_seeds_are_argument_errors(argv, fragment, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_layer_the_model_does_not_have_is_one_line(shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir)]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--layer", "99", "--no-progress"]
+    _one_line_error(capsys, argv, "layer 99 of baseline: choose last, emb or 0..2")
+
+
+def _dense(built: Path, tmp_path: Path, spec: str, tiny_checkpoints: Path, shared_tiny_beir: Path) -> Path:
+    from cone.encoders.registry import load_encoder
+    from cone.indexing.dense import build_dense
+
+    enc = load_encoder("baseline", tiny_checkpoints)
+    return build_dense(enc, load_beir(shared_tiny_beir, "tiny"), tmp_path / f"baseline-{spec}", spec, progress=False)
+
+
+def test_index_files_that_disagree_with_the_manifest_are_damaged(built, tiny_checkpoints, shared_tiny_beir, tmp_path):
+    folder = _dense(built, tmp_path, "center", tiny_checkpoints, shared_tiny_beir)
+    np.savez(folder / "postprocess.npz")  # the centering's mean is gone: searching would serve uncentered vectors
+    with pytest.raises(DamagedIndex, match="does not hold the 'center' fit"):
+        open_index(folder, tiny_checkpoints)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["postprocess"], manifest["postprocess_params"], manifest["search_params"] = "none", {}, "nonsense=1"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DamagedIndex, match="search_params"):
+        open_index(folder, tiny_checkpoints)
+    bm25 = tmp_path / "bm25"
+    shutil.copytree(built / "bm25", bm25)
+    manifest = json.loads((bm25 / "manifest.json").read_text())
+    manifest["n_docs"] = 39
+    (bm25 / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DamagedIndex, match="holds 40 documents, manifest says 39"):
+        open_index(bm25)

@@ -235,6 +235,12 @@ def _damaged(manifest: dict, key: str, value: object) -> dict:
         ("geometry.anisotropy", "high", "non-numeric 'anisotropy'"),
         ("random_pair_cosines.histogram.counts", [1, 2], "edges one longer than counts"),
         ("random_pair_cosines.mean", None, "non-numeric 'mean'"),
+        ("random_pair_cosines.n_pairs", 3.5, "needs mean, std, p1, p50, p99, n_pairs and histogram"),
+        ("random_pair_cosines.name", "x", "needs mean, std"),
+        ("random_pair_cosines.histogram.name", "x", "lacks its histogram"),
+        ("n_docs", 0, "'n_docs' is 0"),
+        ("layer", -2, "not last, emb or a layer number"),
+        ("postprocess", "whitening", "unknown --postprocess"),
     ],
 )
 def test_a_damaged_manifest_is_one_clear_error_naming_the_key(dense_manifest, tmp_path, key, value, message):
