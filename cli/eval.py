@@ -8,16 +8,32 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cone.cli.options import add_checkpoints_option, add_data_dir_option, add_progress_option, comma_list, layer
+from cone.cli.options import (
+    add_checkpoints_option,
+    add_data_dir_option,
+    add_progress_option,
+    comma_list,
+    factory_list,
+    layer,
+)
 from cone.data.loaders import data_dir
 from cone.encoders.registry import MODEL_NAMES
 from cone.eval import report
 from cone.eval.harness import EvalData, load_eval_data, run_eval
 from cone.eval.results import EvalResult
+from cone.eval.significance import compare
 from cone.output import dump_json, table
 
 DEFAULT_MODELS = ",".join(MODEL_NAMES)
-SUMMARY = ("ndcg_at_10", "stsb_spearman", "random_cos_mean", "random_cos_std", "threshold_f1", "hubness_skew")
+SUMMARY = (
+    "ndcg_at_10",
+    "recall_at_10_vs_flat",
+    "stsb_spearman",
+    "doc_pair_cos_mean",
+    "random_cos_std",
+    "threshold_f1",
+    "hubness_skew",
+)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -40,6 +56,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--quick", action="store_true", help="50 test queries, 1,000 documents, 200 STS pairs (see docs/eval.md)"
     )
     p.add_argument("--layer", type=layer, default="last", help="LM models only: last | emb | INDEX (default last)")
+    p.add_argument(
+        "--index-factory",
+        type=factory_list,
+        default=["Flat"],
+        help="FAISS factory strings to compare, e.g. Flat,SQ8,SQfp16,PQ32,IVF256,Flat,HNSW32 (';' also separates); "
+        "each besides Flat is a row with recall@10 against the exact Flat index of the same vectors",
+    )
+    p.add_argument("--search-params", default="", help="FAISS search parameters for every factory but Flat")
     p.add_argument("--no-sts", action="store_true", help="skip STS-B (when the stsb folder is not available)")
     p.add_argument("--json", action="store_true", help="print report.json to stdout")
     add_progress_option(p)
@@ -47,13 +71,13 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def announce_skips() -> Callable[[EvalResult], None]:
-    """An ``on_result`` callback that says once per model, on stderr, why it was skipped."""
-    skipped: set[str] = set()
+    """An ``on_result`` callback that says once per reason, on stderr, what was skipped and why."""
+    said: set[str] = set()
 
     def announce(result: EvalResult) -> None:
-        if not result.available and result.model not in skipped:
-            skipped.add(result.model)
-            print(f"cone: skipped {result.model}: {result.reason}", file=sys.stderr)
+        if not result.available and result.reason not in said:
+            said.add(result.reason)
+            print(f"cone: skipped {result.label}: {result.reason}", file=sys.stderr)
 
     return announce
 
@@ -67,10 +91,25 @@ def evaluate_and_report(
     checkpoints: Path | None,
     progress: bool,
     lm_layer: str | int = "last",
+    factories: tuple[str, ...] = ("Flat",),
+    search_params: str = "",
 ) -> tuple[dict, report.ReportFiles, list[EvalResult]]:
     """The eval and its report files; what `cone eval` and `cone demo` share."""
-    results = run_eval(models, postprocesses, data, indexes, checkpoints, progress, announce_skips(), lm_layer)
-    payload = report.payload(data.dataset.name, data.quick, results, "cone " + shlex.join(sys.argv[1:]))
+    results = run_eval(
+        models,
+        postprocesses,
+        data,
+        indexes,
+        checkpoints,
+        progress,
+        announce_skips(),
+        lm_layer,
+        factories,
+        search_params,
+    )
+    comparisons = compare(results, data.sts.scores if data.sts is not None else None)
+    command = "cone " + shlex.join(sys.argv[1:])
+    payload = report.payload(data.dataset.name, data.quick, results, command, comparisons)
     return payload, report.write_report(out, payload, results), results
 
 
@@ -93,6 +132,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
         args.checkpoints,
         not args.no_progress,
         args.layer,
+        tuple(args.index_factory),
+        args.search_params,
     )
     print(dump_json(payload) if args.json else summary(results, files))
     return 0

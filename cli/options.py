@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from cone.data.loaders import DATA_DIR_ENV
@@ -50,6 +51,25 @@ def _parse(text: str, kind: type, what: str) -> int | float:
         return kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+# FAISS factory components that need the next one (IVF256 needs its code: IVF256,Flat); the comma is FAISS's own.
+_FACTORY_PREFIX = re.compile(r"^(IVF\d+(_HNSW\d+)?|IMI\d+x\d+|OPQ\d+(_\d+)?|PCAR?\d+|RR\d+|L2norm)$")
+
+
+def factory_list(text: str) -> list[str]:
+    """Comma- (or ;-) separated FAISS factory strings: Flat,SQ8,PQ32,IVF256,Flat -> [..., 'IVF256,Flat']."""
+    factories: list[str] = []
+    if ";" in text:
+        factories = [t.strip() for t in text.split(";") if t.strip()]
+    for token in [] if factories else comma_list(text):
+        if factories and _FACTORY_PREFIX.match(factories[-1].split(",")[-1]):
+            factories[-1] += f",{token}"
+        else:
+            factories.append(token)
+    if "Flat" not in factories:
+        factories.insert(0, "Flat")  # the exact reference every other factory is measured against
+    return factories
 
 
 def positive_int(text: str) -> int:

@@ -7,7 +7,7 @@ missing, reused when their manifest still matches), so the eval measures exactly
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +17,11 @@ from cone.encoders.base import Encoder
 from cone.encoders.registry import LM_MODELS, check_model_name, load_encoder
 from cone.errors import DamagedIndex, InputError, ModelUnavailable
 from cone.eval import metrics
-from cone.eval.results import GEOMETRY_KEYS, CosineSamples, EvalResult
+from cone.eval.results import GEOMETRY_KEYS, EvalResult, Samples
 from cone.geometry import pair_cosines, spread
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.dense import build_dense
+from cone.indexing.dense import DEFAULT_FACTORY, build_dense
 from cone.indexing.index import Index, VectorIndex
 from cone.indexing.lexical import build_bm25
 from cone.indexing.open import open_index
@@ -82,16 +82,17 @@ def _open_or_build(folder: Path, open_it: Callable[[], Index], build: Callable[[
 
 
 def _open_or_build_dense(
-    encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, progress: bool
+    encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, factory: str, options: SweepOptions
 ) -> VectorIndex:
     layer = getattr(encoder, "layer", "last")
-    folder = indexes / store.index_name(model, spec, layer)
+    folder = indexes / store.index_name(model, spec, layer, factory)
+    params = "" if factory == DEFAULT_FACTORY else options.search_params
     return _open_or_build(
         folder,
         lambda: open_index(
             folder, model=model, corpus_fingerprint=data.dataset.fingerprint(), encoders={(model, layer): encoder}
         ),
-        lambda: build_dense(encoder, data.dataset, folder, spec, progress=progress),
+        lambda: build_dense(encoder, data.dataset, folder, spec, factory, options.progress, params),
     )
 
 
@@ -106,7 +107,7 @@ def _open_or_build_bm25(data: EvalData, indexes: Path, progress: bool) -> Index:
 
 def _similarity(
     qrels: dict, query_pos: dict[str, int], queries: np.ndarray, index: VectorIndex
-) -> tuple[dict[str, float], CosineSamples]:
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """Cosines of relevant (query, doc) pairs vs random ones, and what a global threshold can do."""
     docs = index.doc_vectors()
     row_of = {doc_id: row for row, doc_id in enumerate(index.docs.ids)}
@@ -124,34 +125,91 @@ def _similarity(
         "threshold": threshold,
         "threshold_f1": f1,
     }
-    return values, CosineSamples(random=random, relevant=relevant)
+    return values, random, relevant
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How every dense model is swept: its FAISS factories beside the exact Flat index, and how to build them."""
+
+    factories: tuple[str, ...] = (DEFAULT_FACTORY,)
+    search_params: str = ""  # applied to every factory but Flat, as `cone index --search-params` would
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class EncodedEvalData:
+    """One model's raw vectors of the queries (all, sorted by id) and of both sides of the STS pairs."""
+
+    query_ids: list[str]
+    queries: np.ndarray
+    sts: tuple[np.ndarray, np.ndarray] | None
+
+
+def encode_eval_data(encoder: Encoder, data: EvalData, progress: bool) -> EncodedEvalData:
+    # Encode once per model; each post-processing only re-applies its corpus-fitted correction.
+    query_ids = sorted(data.dataset.queries)
+    queries = encoder.encode([data.dataset.queries[q] for q in query_ids], progress=progress)
+    sts = None
+    if data.sts is not None:
+        sts = (
+            encoder.encode(data.sts.sentence1, progress=progress),
+            encoder.encode(data.sts.sentence2, progress=progress),
+        )
+    return EncodedEvalData(query_ids, queries, sts)
+
+
+def _exact_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData) -> tuple[dict, Samples, np.ndarray]:
+    """Every metric of the exact (Flat) index; also its top rows, the reference of the approximate factories."""
+    qrels = data.dataset.qrels
+    found = index.search(encoded.queries, RETRIEVE_K)
+    run = found.run(encoded.query_ids)
+    values = {**metrics.retrieval(qrels, run), **metrics.hubness(found.rows, len(index.docs))}
+    query_pos = {q: i for i, q in enumerate(encoded.query_ids)}
+    similarity, random, relevant = _similarity(qrels, query_pos, index.embed(encoded.queries), index)
+    values |= similarity
+    values["stsb_spearman"], sts = None, None
+    if encoded.sts is not None:
+        sts = (index.embed(encoded.sts[0]) * index.embed(encoded.sts[1])).sum(axis=1)
+        values["stsb_spearman"] = metrics.sts_spearman(sts, data.sts.scores)
+    values |= {k: index.manifest.geometry[k] for k in GEOMETRY_KEYS}
+    values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines["mean"]  # what cone:C targets
+    return values, Samples(metrics.per_query_ndcg(qrels, run), random, relevant, sts), found.rows
+
+
+def _approximate_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData, exact: np.ndarray) -> tuple:
+    """Retrieval and hubness of an approximate or compressed index, and how much of the exact top 10 it keeps."""
+    qrels = data.dataset.qrels
+    found = index.search(encoded.queries, RETRIEVE_K)
+    run = found.run(encoded.query_ids)
+    values = {**metrics.retrieval(qrels, run), **metrics.hubness(found.rows, len(index.docs))}
+    test_rows = [i for i, q in enumerate(encoded.query_ids) if q in qrels]
+    values["recall_at_10_vs_flat"] = metrics.overlap_at_k(found.rows[test_rows], exact[test_rows])
+    values |= {k: index.manifest.geometry[k] for k in GEOMETRY_KEYS}
+    return values, Samples(metrics.per_query_ndcg(qrels, run))
 
 
 def evaluate_dense(
-    encoder: Encoder, model: str, specs: list[str], data: EvalData, indexes: Path, progress: bool
+    encoder: Encoder, model: str, specs: list[str], data: EvalData, indexes: Path, options: SweepOptions
 ) -> list[EvalResult]:
-    ds = data.dataset
-    query_ids = sorted(ds.queries)
-    query_pos = {q: i for i, q in enumerate(query_ids)}
-    # Encode once per model; each post-processing only re-applies its corpus-fitted correction.
-    raw_queries = encoder.encode([ds.queries[q] for q in query_ids], progress=progress)
-    raw_sts = None
-    if data.sts is not None:
-        raw_sts = [encoder.encode(side, progress=progress) for side in (data.sts.sentence1, data.sts.sentence2)]
+    encoded = encode_eval_data(encoder, data, options.progress)
+    layer = getattr(encoder, "layer", "last")
     results = []
     for spec in specs:
-        index = _open_or_build_dense(encoder, model, data, indexes, spec, progress)
-        found = index.search(raw_queries, RETRIEVE_K)
-        values = {**metrics.retrieval(ds.qrels, found.run(query_ids)), **metrics.hubness(found.rows, len(index.docs))}
-        similarity, samples = _similarity(ds.qrels, query_pos, index.embed(raw_queries), index)
-        values.update(similarity)
-        values["stsb_spearman"] = None
-        if raw_sts is not None:
-            a, b = index.embed(raw_sts[0]), index.embed(raw_sts[1])
-            values["stsb_spearman"] = metrics.sts_spearman((a * b).sum(axis=1), data.sts.scores)
-        values.update({k: index.manifest.geometry[k] for k in GEOMETRY_KEYS})
-        layer = getattr(encoder, "layer", "last")
+        try:
+            index = _open_or_build_dense(encoder, model, data, indexes, spec, DEFAULT_FACTORY, options)
+        except InputError as exc:  # a spec this model's space cannot take (cone:0.5 on vectors already at 0.9)
+            results.append(EvalResult(model, spec, None, layer, reason=str(exc)))
+            continue
+        values, samples, exact = _exact_row(index, data, encoded)
         results.append(EvalResult(model, spec, index.folder.name, layer, metrics=values, samples=samples))
+        for factory in options.factories:
+            if factory == DEFAULT_FACTORY:
+                continue
+            index = _open_or_build_dense(encoder, model, data, indexes, spec, factory, options)
+            values, samples = _approximate_row(index, data, encoded, exact)
+            result = EvalResult(model, spec, index.folder.name, layer, metrics=values, samples=samples)
+            results.append(replace(result, factory=factory))
     return results
 
 
@@ -160,9 +218,12 @@ def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     index = _open_or_build_bm25(data, indexes, progress)
     query_ids = sorted(ds.queries)
     found = index.search([ds.queries[q] for q in query_ids], RETRIEVE_K)
-    values = {**metrics.retrieval(ds.qrels, found.run(query_ids)), **metrics.hubness(found.rows, len(index.docs))}
+    run = found.run(query_ids)
+    values = {**metrics.retrieval(ds.qrels, run), **metrics.hubness(found.rows, len(index.docs))}
     # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
-    return EvalResult("bm25", "none", index.folder.name, metrics=values)
+    return EvalResult(
+        "bm25", "none", index.folder.name, metrics=values, samples=Samples(metrics.per_query_ndcg(ds.qrels, run))
+    )
 
 
 def run_eval(
@@ -174,14 +235,17 @@ def run_eval(
     progress: bool = True,
     on_result: Callable[[EvalResult], None] | None = None,
     lm_layer: str | int = "last",
+    factories: tuple[str, ...] = (DEFAULT_FACTORY,),
+    search_params: str = "",
 ) -> list[EvalResult]:
-    """One result per (model, post-processing); an unavailable model's results carry its reason instead.
+    """One result per (model, post-processing, factory); an unavailable model's results carry its reason instead.
 
     ``lm_layer`` picks the layer the project's LMs are pooled from (``emb``: the bag of input embeddings,
     the table reg_cos acts on); other models always use their own output."""
     for model in models:
         check_model_name(model)
     specs = [pp.parse(s) for s in postprocesses]
+    options = SweepOptions(tuple(dict.fromkeys(factories)), search_params, progress)
     results: list[EvalResult] = []
     for model in models:
         if model == "bm25":
@@ -192,7 +256,7 @@ def run_eval(
             except ModelUnavailable as exc:
                 found = [EvalResult(model, spec, None, reason=exc.explanation) for spec in specs]
             else:
-                found = evaluate_dense(encoder, model, specs, data, indexes, progress)
+                found = evaluate_dense(encoder, model, specs, data, indexes, options)
         for result in found:
             if on_result is not None:
                 on_result(result)

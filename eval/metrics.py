@@ -16,20 +16,45 @@ HUB_K = 10
 HUB_TOP_DOCS = 10
 
 
-def retrieval(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, float]:
-    """nDCG@10, MRR@10 and Recall@100 by ranx (trec_eval definitions), over the queries in ``qrels``."""
-    run = {q: run.get(q) or {} for q in qrels}
-    # ranx refuses empty result lists; a query that retrieved nothing scores 0 on every metric anyway.
-    empty = [q for q, docs in run.items() if not docs]
-    scored = {q: docs for q, docs in run.items() if docs}
-    if not scored:
-        return dict.fromkeys(RETRIEVAL_METRICS, 0.0)
+def _ranx(qrels: dict, scored: dict, metrics: list[str] | str, return_mean: bool = True):
     with warnings.catch_warnings():
         # numba's "unsafe cast from uint64 to int64" inside ranx's compiled metrics says nothing about the numbers.
         warnings.filterwarnings("ignore", message="unsafe cast from")
-        values = evaluate(Qrels({q: qrels[q] for q in scored}), Run(scored), list(RETRIEVAL_METRICS.values()))
-    share = len(scored) / (len(scored) + len(empty))
+        return evaluate(Qrels({q: qrels[q] for q in scored}), Run(scored), metrics, return_mean=return_mean)
+
+
+def _scored(qrels: dict, run: dict) -> dict:
+    # ranx refuses empty result lists; a query that retrieved nothing scores 0 on every metric anyway.
+    return {q: run[q] for q in sorted(qrels) if run.get(q)}
+
+
+def retrieval(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> dict[str, float]:
+    """nDCG@10, MRR@10 and Recall@100 by ranx (trec_eval definitions), over the queries in ``qrels``."""
+    scored = _scored(qrels, run)
+    if not scored:
+        return dict.fromkeys(RETRIEVAL_METRICS, 0.0)
+    values = _ranx(qrels, scored, list(RETRIEVAL_METRICS.values()))
+    share = len(scored) / len(qrels)
     return {key: float(values[name]) * share for key, name in RETRIEVAL_METRICS.items()}
+
+
+def per_query_ndcg(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]]) -> np.ndarray:
+    """nDCG@10 of every query of ``qrels`` in sorted id order (0 for one that retrieved nothing): the paired
+    samples of a significance test; their mean is ``retrieval``'s ndcg_at_10."""
+    scored = _scored(qrels, run)
+    values = dict.fromkeys(qrels, 0.0)
+    if scored:
+        values.update(zip(scored, np.atleast_1d(_ranx(qrels, scored, "ndcg@10", return_mean=False)), strict=True))
+    return np.array([values[q] for q in sorted(qrels)], dtype=np.float64)
+
+
+def overlap_at_k(found: np.ndarray, exact: np.ndarray, k: int = 10) -> float:
+    """Mean share of the exact search's top k that an approximate index also returns in its top k."""
+    shares = [
+        len((set(a[:k]) & set(b[:k])) - {-1}) / max(1, len(set(b[:k]) - {-1}))
+        for a, b in zip(found, exact, strict=True)
+    ]
+    return float(np.mean(shares))
 
 
 def sts_spearman(cosines: np.ndarray, gold: list[float]) -> float:

@@ -10,14 +10,16 @@ from matplotlib.figure import Figure  # the object API: no GUI backend, safe in 
 
 from cone import __version__
 from cone.eval.results import GEOMETRY_KEYS, EvalResult
+from cone.eval.significance import Comparison
 from cone.geometry import INSTRUMENTS
 from cone.output import dump_json, format_value
 
 FIGURES = "figures"
 BINS = np.linspace(-1.0, 1.0, 201)
 COLUMNS = {
-    "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_100", "stsb_spearman"),
+    "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_100", "recall_at_10_vs_flat", "stsb_spearman"),
     "similarity": (
+        "doc_pair_cos_mean",
         "random_cos_mean",
         "random_cos_std",
         "random_cos_p1",
@@ -39,10 +41,18 @@ class ReportFiles:
     figures: list[Path]
 
 
-def payload(dataset: str, quick: bool, results: list[EvalResult], command: str) -> dict:
+def payload(
+    dataset: str, quick: bool, results: list[EvalResult], command: str, comparisons: list[Comparison] = ()
+) -> dict:
     """report.json's content (schema in docs/eval.md)."""
-    records = [r.to_json() for r in results]
-    return {"dataset": dataset, "quick": quick, "cone_version": __version__, "command": command, "results": records}
+    return {
+        "dataset": dataset,
+        "quick": quick,
+        "cone_version": __version__,
+        "command": command,
+        "results": [r.to_json() for r in results],
+        "comparisons": [c.to_json() for c in comparisons],
+    }
 
 
 def write_report(out: Path, report: dict, results: list[EvalResult]) -> ReportFiles:
@@ -104,7 +114,7 @@ def write_figures(out: Path, results: list[EvalResult]) -> list[Path]:
     """Per dense result its random-vs-relevant histogram; per post-processing the overlay; the instruments."""
     folder = out / FIGURES
     folder.mkdir(parents=True, exist_ok=True)
-    dense = [r for r in results if r.samples is not None]
+    dense = [r for r in results if r.samples is not None and r.samples.random is not None]
     written = []
     for r in dense:
         written.append(folder / f"hist-{r.index}.png")
@@ -128,18 +138,49 @@ def _md_table(results: list[EvalResult], columns: tuple[str, ...]) -> list[str]:
     return lines
 
 
+SYNTHETIC_NOTE = (
+    "Rows marked *(synthetic)* are deliberate degradations (`cone:C`, `rogue:K:S`) of a real model's vectors, "
+    "applied identically to corpus and queries: a controlled cone, never a model of its own."
+)
+COMPARISONS_NOTE = (
+    "Each row against its model's plain row (and the regularized LM against the baseline). nDCG@10: paired "
+    "Fisher randomization test over the test queries (ranx), p adjusted by Benjamini-Hochberg over this table; "
+    "STS: paired bootstrap 95% interval of Δρ. **yes** = significant at 0.05."
+)
+
+
+def _comparison_table(comparisons: list[dict]) -> list[str]:
+    lines = ["| b vs a | Δ nDCG@10 | p (adjusted) | significant | Δ STS ρ | 95% interval | significant |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for c in comparisons:
+        sts = ("—", "—", "—")
+        if c["sts_ci95"]:
+            low, high = c["sts_ci95"]
+            sts = (f"{c['sts_delta']:+.4f}", f"[{low:+.4f}, {high:+.4f}]", "**yes**" if c["sts_significant"] else "no")
+        significant = "**yes**" if c["ndcg_significant"] else "no"
+        lines.append(
+            f"| {c['b']} vs {c['a']} | {c['ndcg_delta']:+.4f} | {c['ndcg_p']:.4f} ({c['ndcg_p_adjusted']:.4f}) | "
+            f"{significant} | " + " | ".join(sts) + " |"
+        )
+    return lines
+
+
 def write_markdown(out: Path, report: dict, results: list[EvalResult], figures: list[Path]) -> Path:
     available = [r for r in results if r.available]
     missing = [r for r in results if not r.available]
     lines = [f"# cone eval: {report['dataset']}", "", f"Command: `{report['command']}`", ""]
     if report["quick"]:
         lines += ["**Quick subset** (docs/eval.md): it exercises the path; its figures are not the benchmark's.", ""]
+    if any(r.synthetic for r in available):
+        lines += [SYNTHETIC_NOTE, ""]
     for title, columns in COLUMNS.items():
         lines += [f"## {title.capitalize()}", "", *_md_table(available, columns), ""]
+    if report.get("comparisons"):
+        lines += ["## Comparisons", "", COMPARISONS_NOTE, "", *_comparison_table(report["comparisons"]), ""]
     if missing:
         lines += ["## Unavailable", ""]
-        reasons = {r.model: r.reason for r in missing}
-        lines += [f"- {model}: {reason}" for model, reason in reasons.items()]
+        reasons = {(r.model if r.index is None and r.postprocess == "none" else r.label): r.reason for r in missing}
+        lines += [f"- {name}: {reason}" for name, reason in reasons.items()]
         lines.append("")
     if figures:
         lines += ["## Figures", ""]

@@ -7,17 +7,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cone.geometry import INSTRUMENTS
+from cone.indexing.postprocess import is_synthetic
 
 # The index's instruments the eval copies into each dense result (from the manifest of the index it searched).
 GEOMETRY_KEYS = (*INSTRUMENTS, "sigreg_x_floor", "uniformity")
 
 
 @dataclass(frozen=True)
-class CosineSamples:
-    """The raw cosines behind a result's similarity metrics: kept for the figures, never written to JSON."""
+class Samples:
+    """The raw values behind a result's metrics: for the figures and the significance tests, never in JSON."""
 
-    random: np.ndarray  # random (test query, document) pairs
-    relevant: np.ndarray  # (test query, relevant document) pairs
+    ndcg: np.ndarray  # nDCG@10 of each test query, in sorted query-id order
+    random: np.ndarray | None = None  # cosines of random (test query, document) pairs
+    relevant: np.ndarray | None = None  # cosines of (test query, relevant document) pairs
+    sts: np.ndarray | None = None  # the STS pairs' cosines, in file order
 
 
 @dataclass
@@ -28,7 +31,13 @@ class EvalResult:
     layer: str | int = "last"
     reason: str | None = None  # why the model is unavailable; None when it was evaluated
     metrics: dict[str, float | int | None] = field(default_factory=dict)
-    samples: CosineSamples | None = field(default=None, repr=False)
+    samples: Samples | None = field(default=None, repr=False)
+    factory: str = "Flat"  # the FAISS index type searched
+
+    @property
+    def synthetic(self) -> bool:
+        """A deliberate degradation (cone:, rogue:) of a real model's vectors, not a model of its own."""
+        return is_synthetic(self.postprocess)
 
     @property
     def available(self) -> bool:
@@ -38,7 +47,9 @@ class EvalResult:
     def label(self) -> str:
         """model[layer]+postprocess, as the report's tables and figures name a result."""
         name = self.model if self.layer == "last" else f"{self.model}[{self.layer}]"
-        return name if self.postprocess == "none" else f"{name}+{self.postprocess}"
+        name = name if self.postprocess == "none" else f"{name}+{self.postprocess}"
+        name = name if self.factory == "Flat" else f"{name} [{self.factory}]"
+        return f"{name} (synthetic)" if self.synthetic else name
 
     def to_json(self) -> dict:
         """The report.json record (docs/eval.md); the raw samples stay out."""
@@ -46,6 +57,8 @@ class EvalResult:
             "model": self.model,
             "layer": self.layer,
             "postprocess": self.postprocess,
+            "factory": self.factory,
+            "synthetic": self.synthetic,
             "index": self.index,
             "available": self.available,
             "reason": self.reason,

@@ -65,9 +65,13 @@ def build_faiss(vectors: np.ndarray, factory: str) -> faiss.Index:
         index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         raise InputError(f"invalid --index-factory {factory!r}: {str(exc).splitlines()[-1][:160]}") from None
-    if not index.is_trained:
-        index.train(vectors)
-    index.add(vectors)
+    try:
+        if not index.is_trained:
+            index.train(vectors)
+        index.add(vectors)
+    except RuntimeError as exc:  # e.g. fewer training vectors than the factory's centroids
+        reason = str(exc).splitlines()[-1].split("Error: ")[-1][:200]
+        raise InputError(f"--index-factory {factory!r} on {len(vectors):,} vectors: {reason}") from None
     return index
 
 

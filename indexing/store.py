@@ -32,13 +32,16 @@ PAIR_STATS = ("mean", "std", "p1", "p50", "p99")  # of random_pair_cosines, besi
 FORMAT = 1  # of manifest.json; a manifest of another format is refused, not guessed at
 
 
-def index_name(model: str, postprocess: str, layer: str | int = "last") -> str:
-    """Folder name of an index: model[-layerL][-postprocess], safe for a filesystem."""
+def index_name(model: str, postprocess: str, layer: str | int = "last", factory: str = "Flat") -> str:
+    """Folder name of an index: model[-layerL][-postprocess][-factory], safe for a filesystem."""
     parts = [model.replace(":", "_").replace("/", "_")]
     if layer != "last":
         parts.append(f"layer{layer}")
     if postprocess != "none":
-        parts.append(postprocess.replace(":", ""))
+        # abtt:3 -> abtt3, cone:0.99 -> cone0.99, rogue:2:30 -> rogue2x30; stages joined by -
+        parts.append("-".join(stage.replace(":", "", 1).replace(":", "x") for stage in postprocess.split("+")))
+    if factory != "Flat":
+        parts.append(re.sub(r"[^A-Za-z0-9_.]+", "_", factory))
     return "-".join(parts)
 
 

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from cone import __version__
+from cone.indexing.postprocess import is_synthetic
 from cone.indexing.store import PAIR_STATS
 from cone.service.limits import BodyLimit, short, validation_error
 from cone.service.plots import histogram_png
@@ -65,6 +66,10 @@ def find_entry(registry: Registry, name: str, need_index: bool = True) -> Entry:
     return entry
 
 
+def synthetic(entry: Entry) -> bool:
+    return entry.manifest is not None and is_synthetic(entry.manifest.postprocess)
+
+
 def info(entry: Entry) -> ModelInfo:
     m = entry.manifest
     return ModelInfo(
@@ -75,6 +80,7 @@ def info(entry: Entry) -> ModelInfo:
         dim=m and m.dim,
         n_docs=m and m.n_docs,
         postprocess=m and m.postprocess,
+        synthetic=synthetic(entry),
         metric=m and m.metric,
         geometry=m and m.geometry,
     )
@@ -86,6 +92,7 @@ def search_entry(entry: Entry, q: str, k: int) -> SearchResponse:
         model=entry.name,
         query=q,
         k=k,
+        synthetic=synthetic(entry),
         metric=entry.manifest.metric,
         hits=[{"doc_id": h["id"], **h} for h in hits],
         spread=spread,
@@ -97,7 +104,8 @@ def histogram_of(entry: Entry) -> Histogram:
     if summary is None:
         detail = "BM25 scores are not cosines" if entry.manifest and entry.manifest.kind == "bm25" else None
         raise HTTPException(409, f"model {entry.name!r} has no cosine histogram: {detail or 'rebuild its index'}")
-    return Histogram(name=entry.name, **summary["histogram"], **{k: summary[k] for k in (*PAIR_STATS, "n_pairs")})
+    name = f"{entry.name} (synthetic)" if synthetic(entry) else entry.name
+    return Histogram(name=name, **summary["histogram"], **{k: summary[k] for k in (*PAIR_STATS, "n_pairs")})
 
 
 @router.get("/models", response_model=ModelsResponse, responses=ERRORS)

@@ -65,6 +65,7 @@ class Spread(BaseModel):
 
 class SearchResponse(BaseModel):
     model: str
+    synthetic: bool = Field(description="the index holds a deliberate degradation (cone:, rogue:) of a model's vectors")
     query: str
     k: int
     metric: str
@@ -80,6 +81,7 @@ class ModelInfo(BaseModel):
     dim: int | None
     n_docs: int | None
     postprocess: str | None
+    synthetic: bool = Field(description="a deliberate degradation (cone:, rogue:) of a model's vectors, not a model")
     metric: str | None
     geometry: dict[str, float] | None
 

@@ -1,0 +1,169 @@
+"""The graded cone (cone:C, rogue:K:S, + chains), compressed-index rows and the significance of comparisons."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cone.cli.options import factory_list
+from cone.data.loaders import load_beir
+from cone.encoders.registry import load_encoder
+from cone.errors import InputError
+from cone.eval import metrics
+from cone.eval.harness import load_eval_data, run_eval
+from cone.eval.results import EvalResult, Samples
+from cone.eval.significance import compare, pairs
+from cone.geometry import anisotropy
+from cone.indexing import postprocess as pp
+from cone.indexing import store
+from cone.indexing.dense import build_dense
+from cone.indexing.open import open_index
+
+
+@pytest.fixture(scope="module")
+def corpus() -> np.ndarray:
+    """Anisotropic-enough Gaussian data with unequal variances, as an encoder's raw vectors would be."""
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((2000, 32)) * np.linspace(0.5, 3.0, 32) + 0.2
+
+
+@pytest.mark.parametrize("target", [0.3, 0.5, 0.9, 0.99, 0.999])
+def test_cone_reaches_its_target_mean_pair_cosine(corpus, target):
+    coned = pp.apply(corpus, pp.fit(corpus, f"cone:{target}"))
+    assert anisotropy(coned).value == pytest.approx(target, abs=0.005)
+    queries = corpus[:10]  # queries get the same offset, fitted on the corpus
+    assert np.allclose(pp.apply(queries, pp.fit(corpus, f"cone:{target}")), coned[:10], atol=1e-4)
+
+
+def test_cone_below_the_spaces_own_cosine_is_refused(corpus):
+    strong = pp.apply(corpus, pp.fit(corpus, "cone:0.9"))
+    with pytest.raises(InputError, match="already 0.9"):
+        pp.fit(strong, "cone:0.5")
+
+
+def test_rogue_scales_the_highest_variance_coordinates_only(corpus):
+    params = pp.fit(corpus, "rogue:2:30")
+    out = pp.apply(corpus, params)
+    top = np.argsort(-corpus.var(axis=0))[:2]
+    assert np.allclose(out[:, top], 30 * corpus[:, top], rtol=1e-5)
+    rest = np.setdiff1d(np.arange(32), top)
+    assert np.allclose(out[:, rest], corpus[:, rest], rtol=1e-5)
+
+
+def test_stages_compose_left_to_right(corpus):
+    coned_then_centered = pp.apply(corpus, pp.fit(corpus, "cone:0.9+center"))
+    centered_then_coned = pp.apply(corpus, pp.fit(corpus, "center+cone:0.9"))
+    assert abs(anisotropy(coned_then_centered).value) < 0.01  # the repair measured on the damage
+    assert anisotropy(centered_then_coned).value == pytest.approx(0.9, abs=0.005)
+    whitened = pp.apply(corpus, pp.fit(corpus, "rogue:2:30+whiten"))
+    assert np.allclose(np.cov(whitened, rowvar=False, bias=True), np.eye(32), atol=1e-3)
+    assert pp.param_names("cone:0.9+whiten") == ["0.shift", "1.mean", "1.transform"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "normal"),
+    [("none+center", "center"), ("cone:.90", "cone:0.9"), ("rogue:2:30.0+whiten", "rogue:2:30+whiten")],
+)
+def test_specs_are_normalised(spec, normal):
+    assert pp.parse(spec) == normal and pp.is_synthetic(normal) == normal.startswith(("cone", "rogue"))
+
+
+@pytest.mark.parametrize("bad", ["cone:1", "cone:1.5", "cone:x", "rogue:0:3", "rogue:2:-1", "rogue:2", "whiten+"])
+def test_bad_specs_are_refused(bad):
+    with pytest.raises(InputError, match="unknown --postprocess"):
+        pp.parse(bad)
+
+
+def test_a_chained_synthetic_spec_round_trips_through_its_index(tiny_beir, tiny_checkpoints, tmp_path):
+    enc = load_encoder("baseline", tiny_checkpoints)
+    ds = load_beir(tiny_beir, "tiny")
+    spec = "center+cone:0.9"
+    folder = tmp_path / store.index_name("baseline", spec, "last", "SQfp16")
+    assert folder.name == "baseline-center-cone0.9-SQfp16"
+    build_dense(enc, ds, folder, spec, "SQfp16", progress=False)
+    index = open_index(folder, tiny_checkpoints)
+    assert index.manifest.postprocess == spec and sorted(index.params) == pp.param_names(spec)
+    assert index.manifest.random_pair_cosines["mean"] == pytest.approx(0.9, abs=0.02)  # 20,000 sampled pairs
+    texts = [ds.queries["q1"]]
+    assert np.array_equal(index.search(texts, 5).rows, index.search(enc.encode(texts), 5).rows)
+
+
+def test_factory_lists_keep_faiss_commas_and_always_hold_the_exact_reference():
+    assert factory_list("Flat,SQ8,PQ32,IVF256,Flat,HNSW32") == ["Flat", "SQ8", "PQ32", "IVF256,Flat", "HNSW32"]
+    assert factory_list("OPQ8,IVF16,PQ8") == ["Flat", "OPQ8,IVF16,PQ8"]
+    assert factory_list("IVF4,Flat;SQ8") == ["Flat", "IVF4,Flat", "SQ8"]
+
+
+def test_overlap_with_the_exact_top_k():
+    exact = np.array([[0, 1, 2, 3], [4, 5, 6, 7]])
+    assert metrics.overlap_at_k(np.array([[3, 2, 1, 0], [4, 9, 9, 9]]), exact, k=4) == pytest.approx((1 + 0.25) / 2)
+
+
+def test_per_query_ndcg_averages_to_the_reported_ndcg():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 1}}
+    run = {"q1": {"x": 2.0, "a": 1.0}, "q2": {"b": 1.0}}
+    per_query = metrics.per_query_ndcg(qrels, run)
+    assert per_query[2] == 0.0 and per_query.mean() == pytest.approx(metrics.retrieval(qrels, run)["ndcg_at_10"])
+
+
+def _row(model: str, postprocess: str, ndcg: np.ndarray, sts: np.ndarray | None = None) -> EvalResult:
+    samples = Samples(ndcg=ndcg, sts=sts)
+    return EvalResult(
+        model, postprocess, f"{model}-{postprocess}", metrics={"ndcg_at_10": ndcg.mean()}, samples=samples
+    )
+
+
+def test_significance_where_the_answer_is_known():
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.2, 0.6, 300)
+    gold = rng.uniform(0, 5, 500)
+    noise = rng.standard_normal(500)
+    rows = [
+        _row("minilm", "none", base, sts=noise),
+        _row("minilm", "center", base.copy(), sts=noise.copy()),  # identical: no difference to find
+        _row("minilm", "whiten", np.clip(base + 0.3, 0, 1), sts=gold + 0.1 * noise),  # better on every query
+    ]
+    assert [(a.postprocess, b.postprocess) for a, b in pairs(rows)] == [("none", "center"), ("none", "whiten")]
+    same, better = compare(rows, list(gold))
+    assert same.ndcg_delta == 0 and same.ndcg_p == 1.0 and not same.ndcg_significant
+    assert same.sts_delta == 0 and not same.sts_significant
+    assert better.ndcg_delta == pytest.approx(0.3, abs=0.01) and better.ndcg_p <= 1e-3 and better.ndcg_significant
+    assert better.sts_delta > 0.5 and better.sts_ci95[0] > 0 and better.sts_significant
+
+
+def test_baseline_and_regularized_are_compared_like_for_like():
+    ndcg = np.linspace(0, 1, 50)
+    rows = [_row(m, p, ndcg) for m in ("baseline", "regularized") for p in ("none", "center")]
+    found = {(a.label, b.label) for a, b in pairs(rows)}
+    assert ("baseline+center", "regularized+center") in found and ("baseline", "regularized") in found
+    assert ("baseline", "regularized+center") not in found
+
+
+def test_eval_rows_per_factory_with_recall_against_flat(shared_tiny_beir, tiny_checkpoints, tmp_path):
+    data = load_eval_data(shared_tiny_beir, "tiny")
+    results = run_eval(
+        ["baseline"], ["center"], data, tmp_path / "idx", tiny_checkpoints, progress=False, factories=("Flat", "SQfp16")
+    )
+    flat, fp16 = results
+    assert (flat.factory, fp16.factory) == ("Flat", "SQfp16") and "recall_at_10_vs_flat" not in flat.metrics
+    assert fp16.metrics["recall_at_10_vs_flat"] > 0.95  # float16 storage barely moves a cosine ranking
+    assert fp16.metrics["ndcg_at_10"] == pytest.approx(flat.metrics["ndcg_at_10"], abs=0.05)
+    assert fp16.to_json()["factory"] == "SQfp16" and fp16.label == "baseline+center [SQfp16]"
+
+
+def test_the_service_labels_a_synthetic_index(shared_tiny_beir, tiny_checkpoints, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from cone.service.app import create_app
+
+    enc = load_encoder("baseline", tiny_checkpoints)
+    ds = load_beir(shared_tiny_beir, "tiny")
+    for spec in ("none", "rogue:2:30"):
+        build_dense(enc, ds, tmp_path / store.index_name("baseline", spec), spec, progress=False)
+    with TestClient(create_app(tmp_path, tiny_checkpoints, load_in_background=False)) as client:
+        models = {m["name"]: m for m in client.get("/models").json()["models"]}
+        assert models["baseline-rogue2x30"]["synthetic"] is True and models["baseline"]["synthetic"] is False
+        found = client.get("/search", params={"model": "baseline-rogue2x30", "q": "cell"}).json()
+        assert found["synthetic"] is True
+        names = {h["name"] for h in client.get("/histogram", params={"format": "json"}).json()["histograms"]}
+        assert names == {"baseline", "baseline-rogue2x30 (synthetic)"}
