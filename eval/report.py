@@ -125,6 +125,8 @@ def write_figures(out: Path, results: list[EvalResult]) -> list[Path]:
     if dense:
         written.append(folder / "instruments.png")
         _instruments(dense, written[-1])
+    for stale in set(folder.glob("*.png")) - set(written):  # an earlier run's figures would pass for this one's
+        stale.unlink()
     return written
 
 
