@@ -7,7 +7,13 @@ from pathlib import Path
 
 from cone.cli.eval import evaluate_and_report, summary
 from cone.cli.geometry import render_checkpoint, render_synthetic
-from cone.cli.options import add_checkpoints_option, add_data_dir_option, add_progress_option, comma_list
+from cone.cli.options import (
+    add_checkpoints_option,
+    add_data_dir_option,
+    add_dataset_option,
+    add_progress_option,
+    comma_list,
+)
 from cone.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve
 from cone.data.loaders import data_dir
 from cone.encoders.registry import LM_MODELS, MODEL_NAMES, missing
@@ -29,7 +35,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "4) the search service on those indexes. A second run reuses what is built.",
     )
     add_data_dir_option(p)
-    p.add_argument("--dataset", default="scifact")
+    add_dataset_option(p)
     p.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"where indexes and the report go (default {DEFAULT_OUT})"
     )

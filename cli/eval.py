@@ -11,6 +11,7 @@ from pathlib import Path
 from cone.cli.options import (
     add_checkpoints_option,
     add_data_dir_option,
+    add_dataset_option,
     add_progress_option,
     comma_list,
     factory_list,
@@ -45,7 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "threshold's F1, hubness and the geometry instruments. Writes OUT/report.json, OUT/report.md and "
         "OUT/figures/*.png. Indexes are built under OUT/indexes (or --indexes) when missing and reused after.",
     )
-    p.add_argument("--dataset", default="scifact", help="BEIR dataset folder name (default scifact)")
+    add_dataset_option(p)
     p.add_argument("--models", type=comma_list, default=list(MODEL_NAMES), help=f"default {DEFAULT_MODELS}")
     p.add_argument("--postprocess", type=comma_list, default=["none"], help="comma list of none,center,whiten,abtt:K")
     add_data_dir_option(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cone.cli.options import add_checkpoints_option, add_data_dir_option, add_progress_option, layer
+from cone.cli.options import add_checkpoints_option, add_data_dir_option, add_dataset_option, add_progress_option, layer
 from cone.data.loaders import data_dir, load_beir
 from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
 from cone.errors import InputError
@@ -24,7 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "written atomically to INDEX_DIR/<model>[-<postprocess>] with a manifest.",
     )
     p.add_argument("--model", required=True, help=f"{', '.join(MODEL_NAMES)} or st:PATH")
-    p.add_argument("--dataset", default="scifact", help="BEIR dataset folder name (default scifact)")
+    add_dataset_option(p)
     add_data_dir_option(p)
     p.add_argument("--out", type=Path, required=True, help="folder of indexes (INDEX_DIR)")
     p.add_argument("--postprocess", default="none", help="none | center | whiten | abtt:K (default none)")

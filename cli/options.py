@@ -16,6 +16,14 @@ def add_data_dir_option(parser: argparse.ArgumentParser, what: str = "datasets f
     )
 
 
+def add_dataset_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dataset",
+        default="scifact",
+        help="BEIR dataset: a folder under the data dir, or the path of any BEIR folder (default scifact)",
+    )
+
+
 def add_checkpoints_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoints",

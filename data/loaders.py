@@ -119,8 +119,12 @@ def _qrels(path: Path) -> dict[str, dict[str, int]]:
 
 
 def load_beir(root: Path, name: str = "scifact", split: str = "test") -> RetrievalDataset:
-    """A BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/{split}.tsv."""
-    folder = Path(root) / name
+    """A BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/{split}.tsv. ``name`` is a folder under
+    ``root`` (scifact), or the path of any BEIR-format folder (it holds a '/': ./mine, /data/nfcorpus)."""
+    folder = Path(name) if "/" in name else Path(root) / name
+    name = folder.name
+    if not folder.is_dir() and folder != Path(root) / name:
+        raise InputError(f"{folder}: no such dataset folder")
     if not folder.is_dir():
         raise InputError(f"dataset {name!r} not found under {root} (run `cone data fetch {name} --data-dir {root}`)")
     records = read_jsonl(folder / "corpus.jsonl", {"_id": ID, "text": TEXT}, {"title": TEXT})

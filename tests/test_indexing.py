@@ -269,3 +269,16 @@ def test_search_accepts_the_encoders_raw_vectors_as_well_as_texts(tiny_beir, tin
     bm25 = BM25Index(build_bm25(ds, tmp_path / "bm25", progress=False))
     with pytest.raises(InputError, match="texts, not vectors"):
         bm25.search(enc.encode(texts), 3)
+
+
+def test_any_beir_folder_can_be_named_by_its_path(tiny_beir, tmp_path, capsys):
+    moved = tmp_path / "elsewhere" / "mine"
+    moved.parent.mkdir()
+    (tiny_beir / "tiny").rename(moved)
+    ds = load_beir(tmp_path / "unused", str(moved))
+    assert ds.name == "mine" and len(ds.corpus) == 40
+    assert (
+        main(["index", "--model", "bm25", "--dataset", str(moved), "--out", str(tmp_path / "idx"), "--no-progress"])
+        == 0
+    )
+    assert store.read_manifest(tmp_path / "idx" / "bm25").dataset == "mine"
