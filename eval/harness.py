@@ -7,7 +7,7 @@ missing, reused when their manifest still matches), so the eval measures exactly
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ from cone.geometry import pair_cosines, spread
 from cone.indexing import postprocess as pp
 from cone.indexing import store
 from cone.indexing.dense import DEFAULT_FACTORY, build_dense
-from cone.indexing.index import Index, VectorIndex
+from cone.indexing.index import Index, Queries, VectorIndex
 from cone.indexing.lexical import build_bm25
 from cone.indexing.open import open_index
 
@@ -159,12 +159,18 @@ def encode_eval_data(encoder: Encoder, data: EvalData, progress: bool) -> Encode
     return EncodedEvalData(query_ids, queries, sts)
 
 
+def _ranking(index: Index, queries: Queries, query_ids: list[str], qrels: dict) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Retrieval and hubness of one index over every query; also each test query's nDCG@10 and the top rows."""
+    found = index.search(queries, RETRIEVE_K)
+    run = found.run(query_ids)
+    values = {**metrics.retrieval(qrels, run), **metrics.hubness(found.rows, len(index.docs))}
+    return values, metrics.per_query_ndcg(qrels, run), found.rows
+
+
 def _exact_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData) -> tuple[dict, Samples, np.ndarray]:
     """Every metric of the exact (Flat) index; also its top rows, the reference of the approximate factories."""
     qrels = data.dataset.qrels
-    found = index.search(encoded.queries, RETRIEVE_K)
-    run = found.run(encoded.query_ids)
-    values = {**metrics.retrieval(qrels, run), **metrics.hubness(found.rows, len(index.docs))}
+    values, ndcg, rows = _ranking(index, encoded.queries, encoded.query_ids, qrels)
     query_pos = {q: i for i, q in enumerate(encoded.query_ids)}
     similarity, random, relevant = _similarity(qrels, query_pos, index.embed(encoded.queries), index)
     values |= similarity
@@ -174,19 +180,19 @@ def _exact_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData) -> 
         values["stsb_spearman"] = metrics.sts_spearman(sts, data.sts.scores)
     values |= {k: index.manifest.geometry[k] for k in GEOMETRY_KEYS}
     values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines["mean"]  # what cone:C targets
-    return values, Samples(metrics.per_query_ndcg(qrels, run), random, relevant, sts), found.rows
+    return values, Samples(ndcg, random, relevant, sts), rows
 
 
-def _approximate_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData, exact: np.ndarray) -> tuple:
+def _approximate_row(
+    index: VectorIndex, data: EvalData, encoded: EncodedEvalData, exact: np.ndarray
+) -> tuple[dict, Samples]:
     """Retrieval and hubness of an approximate or compressed index, and how much of the exact top 10 it keeps."""
     qrels = data.dataset.qrels
-    found = index.search(encoded.queries, RETRIEVE_K)
-    run = found.run(encoded.query_ids)
-    values = {**metrics.retrieval(qrels, run), **metrics.hubness(found.rows, len(index.docs))}
+    values, ndcg, rows = _ranking(index, encoded.queries, encoded.query_ids, qrels)
     test_rows = [i for i, q in enumerate(encoded.query_ids) if q in qrels]
-    values["recall_at_10_vs_flat"] = metrics.overlap_at_k(found.rows[test_rows], exact[test_rows])
+    values["recall_at_10_vs_flat"] = metrics.overlap_at_k(rows[test_rows], exact[test_rows])
     values |= {k: index.manifest.geometry[k] for k in GEOMETRY_KEYS}
-    return values, Samples(metrics.per_query_ndcg(qrels, run))
+    return values, Samples(ndcg)
 
 
 def evaluate_dense(
@@ -208,8 +214,8 @@ def evaluate_dense(
                 continue
             index = _open_or_build_dense(encoder, model, data, indexes, spec, factory, options)
             values, samples = _approximate_row(index, data, encoded, exact)
-            result = EvalResult(model, spec, index.folder.name, layer, metrics=values, samples=samples)
-            results.append(replace(result, factory=factory))
+            row = EvalResult(model, spec, index.folder.name, layer, metrics=values, samples=samples, factory=factory)
+            results.append(row)
     return results
 
 
@@ -217,13 +223,9 @@ def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     ds = data.dataset
     index = _open_or_build_bm25(data, indexes, progress)
     query_ids = sorted(ds.queries)
-    found = index.search([ds.queries[q] for q in query_ids], RETRIEVE_K)
-    run = found.run(query_ids)
-    values = {**metrics.retrieval(ds.qrels, run), **metrics.hubness(found.rows, len(index.docs))}
+    values, ndcg, _ = _ranking(index, [ds.queries[q] for q in query_ids], query_ids, ds.qrels)
     # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
-    return EvalResult(
-        "bm25", "none", index.folder.name, metrics=values, samples=Samples(metrics.per_query_ndcg(ds.qrels, run))
-    )
+    return EvalResult("bm25", "none", index.folder.name, metrics=values, samples=Samples(ndcg))
 
 
 def run_eval(
