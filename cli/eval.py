@@ -9,19 +9,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cone.cli.options import (
+    LAYER_HELP,
     add_checkpoints_option,
     add_data_dir_option,
     add_dataset_option,
     add_progress_option,
     comma_list,
     factory_list,
-    layer,
+    layer_list,
 )
 from cone.data.loaders import data_dir
+from cone.encoders.base import Layer
 from cone.encoders.registry import MODEL_NAMES
 from cone.eval import report
+from cone.eval.figures import FIGURES
 from cone.eval.harness import EvalData, load_eval_data, run_eval
-from cone.eval.results import EvalResult
+from cone.eval.results import EvalResult, sts_keys
 from cone.eval.significance import compare
 from cone.output import dump_json, table
 
@@ -29,7 +32,6 @@ DEFAULT_MODELS = ",".join(MODEL_NAMES)
 SUMMARY = (
     "ndcg_at_10",
     "recall_at_10_vs_flat",
-    "stsb_spearman",
     "doc_pair_cos_mean",
     "random_cos_std",
     "threshold_f1",
@@ -56,7 +58,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quick", action="store_true", help="50 test queries, 1,000 documents, 200 STS pairs (see docs/eval.md)"
     )
-    p.add_argument("--layer", type=layer, default="last", help="LM models only: last | emb | INDEX (default last)")
+    p.add_argument(
+        "--layers",
+        type=layer_list,
+        default=["last"],
+        help=f"comma list of the spaces of every dense model to evaluate, each a row: {LAYER_HELP}; or all "
+        "(emb and every block; mean-pooled hidden states, before any pooling or normalization module). "
+        "Every layer is encoded in one pass. Default last",
+    )
     p.add_argument(
         "--index-factory",
         type=factory_list,
@@ -65,7 +74,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         "each besides Flat is a row with recall@10 against the exact Flat index of the same vectors",
     )
     p.add_argument("--search-params", default="", help="FAISS search parameters for every factory but Flat")
-    p.add_argument("--no-sts", action="store_true", help="skip STS-B (when the stsb folder is not available)")
+    p.add_argument(
+        "--sts",
+        type=lambda text: [Path(item) for item in comma_list(text)],
+        default=None,
+        help="comma list of STS CSV files (header sentence1,sentence2,score; any score scale), each reported "
+        "apart and as their mean (default STS-B test under the data dir)",
+    )
+    p.add_argument("--no-sts", action="store_true", help="skip STS (when no STS file is available)")
     p.add_argument("--json", action="store_true", help="print report.json to stdout")
     add_progress_option(p)
     p.set_defaults(handler=run_eval_command)
@@ -91,7 +107,7 @@ def evaluate_and_report(
     indexes: Path,
     checkpoints: Path | None,
     progress: bool,
-    lm_layer: str | int = "last",
+    layers: list[Layer] | str = ("last",),
     factories: tuple[str, ...] = ("Flat",),
     search_params: str = "",
 ) -> tuple[dict, report.ReportFiles, list[EvalResult]]:
@@ -104,11 +120,11 @@ def evaluate_and_report(
         checkpoints,
         progress,
         announce_skips(),
-        lm_layer,
+        layers,
         factories,
         search_params,
     )
-    comparisons = compare(results, data.sts.scores if data.sts is not None else None)
+    comparisons = compare(results, {name: pairs.scores for name, pairs in data.sts.items()})
     command = "cone " + shlex.join(sys.argv[1:])
     payload = report.payload(data.dataset.name, data.quick, results, command, comparisons)
     return payload, report.write_report(out, payload, results), results
@@ -116,14 +132,16 @@ def evaluate_and_report(
 
 def summary(results: list[EvalResult], files: report.ReportFiles) -> str:
     rows = [{"model": r.label, **r.metrics} for r in results if r.available]
+    sts = tuple(dict.fromkeys(k for row in rows for k in sts_keys(row)))
     where = (
-        f"report: {files.markdown}, {files.json}; {len(files.figures)} figures in {files.json.parent / report.FIGURES}"
+        f"report: {files.markdown}, {files.json}; {len(files.figures)} figures in {files.json.parent / FIGURES}"
     )
-    return f"{table(rows, ('model', *SUMMARY))}\n\n{where}"
+    return f"{table(rows, ('model', *SUMMARY[:2], *sts, *SUMMARY[2:]))}\n\n{where}"
 
 
 def run_eval_command(args: argparse.Namespace) -> int:
-    data = load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick, with_sts=not args.no_sts)
+    root = data_dir(args.data_dir)
+    data = load_eval_data(root, args.dataset, quick=args.quick, with_sts=not args.no_sts, sts_files=args.sts)
     payload, files, results = evaluate_and_report(
         data,
         args.models,
@@ -132,7 +150,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
         args.indexes or args.out / "indexes",
         args.checkpoints,
         not args.no_progress,
-        args.layer,
+        args.layers,
         tuple(args.index_factory),
         args.search_params,
     )

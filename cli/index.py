@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cone.cli.options import add_checkpoints_option, add_data_dir_option, add_dataset_option, add_progress_option, layer
+from cone.cli.options import (
+    LAYER_HELP,
+    add_checkpoints_option,
+    add_data_dir_option,
+    add_dataset_option,
+    add_progress_option,
+    layer,
+)
 from cone.data.loaders import data_dir, load_beir
 from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
 from cone.errors import InputError
@@ -39,7 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         default="",
         help="FAISS search-time parameters kept in the manifest, e.g. nprobe=32 (IVF) or efSearch=128 (HNSW)",
     )
-    p.add_argument("--layer", type=layer, default="last", help="LM models only: last | emb | INDEX")
+    p.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
     add_checkpoints_option(p)
     add_progress_option(p)
     p.set_defaults(handler=run_index)

@@ -38,6 +38,9 @@ def add_progress_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
+LAYER_HELP = "last (the model's own output) | emb (its input embeddings) | N (after block N)"
+
+
 def layer(text: str) -> str | int:
     """last | emb | the number of a hidden state (0 = input embeddings, 1 = after the first block, ...)."""
     if text in ("last", "emb"):
@@ -45,6 +48,11 @@ def layer(text: str) -> str | int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected last, emb or a layer number 0, 1, ..., got {text!r}")
     return int(text)
+
+
+def layer_list(text: str) -> list[str | int] | str:
+    """``all`` or a comma list of layers (emb,1,2,...)."""
+    return "all" if text.strip() == "all" else list(dict.fromkeys(layer(item) for item in comma_list(text)))
 
 
 def comma_list(text: str) -> list[str]:

@@ -2,31 +2,41 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from cone.encoders.base import files_fingerprint
-from cone.errors import InputError
+from cone.encoders.base import Layer, check_layer, files_fingerprint, layer_fingerprint
 from cone.models.checkpoint import WEIGHTS, load_checkpoint
 
 
 class LMEncoder:
-    """Padding-masked mean of one layer's states (default the last; ``emb``: input embeddings)."""
+    """Padding-masked mean of one layer's states (default the last; ``emb``: the bag of token embeddings, the
+    table reg_cos acts on; ``0``: the input states, tokens + positions)."""
 
-    def __init__(self, name: str, path: Path, layer: str | int = "last") -> None:
+    def __init__(self, name: str, path: Path, layer: Layer = "last") -> None:
         self.model, self.tokenizer, _ = load_checkpoint(path)
         self.name = name
-        states = self.model.cfg.n_layer + 1  # input embeddings, then one per block
-        if layer not in ("last", "emb") and not (isinstance(layer, int) and 0 <= layer < states):
-            raise InputError(f"layer {layer!r} of {name}: choose last, emb or 0..{states - 1}")
-        self.layer = layer
+        self.weights = files_fingerprint([Path(path) / WEIGHTS])
         self.dim = self.model.cfg.n_embd
-        self.fingerprint = files_fingerprint([Path(path) / WEIGHTS]) + (f"-layer{layer}" if layer != "last" else "")
         self.max_len = self.model.cfg.block_size
         self.pad_id = self.model.cfg.pad_id
+        self._set_layer(layer)
+
+    def _set_layer(self, layer: Layer) -> None:
+        self.layer = check_layer(self.name, layer, self.model.cfg.n_layer)
+        self.fingerprint = layer_fingerprint(self.weights, layer)
+
+    def all_layers(self) -> list[Layer]:
+        return ["emb", *range(1, self.model.cfg.n_layer + 1)]
+
+    def at_layer(self, layer: Layer) -> LMEncoder:
+        view = copy.copy(self)  # shares the loaded model
+        view._set_layer(layer)
+        return view
 
     def _batch(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         encoded = [enc.ids[: self.max_len] or [self.pad_id] for enc in self.tokenizer.encode_batch(texts)]
@@ -38,14 +48,21 @@ class LMEncoder:
             mask[row, : len(seq)] = 1
         return ids, mask
 
-    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+    def encode_layers(
+        self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False
+    ) -> dict[Layer, np.ndarray]:
+        layers = [check_layer(self.name, layer, self.model.cfg.n_layer) for layer in dict.fromkeys(layers)]
+        out = {layer: np.empty((len(texts), self.dim), dtype=np.float32) for layer in layers}
         # Sorting by length keeps padding (wasted compute) low; results go back in input order.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         with tqdm(total=len(texts), desc=f"encode {self.name}", unit="doc", disable=not progress) as bar:
             for start in range(0, len(texts), batch_size):
                 rows = order[start : start + batch_size]
                 ids, mask = self._batch([texts[i] for i in rows])
-                out[rows] = self.model.encode(ids, mask, layer=self.layer).numpy()
+                for layer, pooled in zip(layers, self.model.encode_layers(ids, mask, layers), strict=True):
+                    out[layer][rows] = pooled.numpy()
                 bar.update(len(rows))
         return out
+
+    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        return self.encode_layers(texts, [self.layer], batch_size, progress)[self.layer]

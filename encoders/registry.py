@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cone.encoders.base import Encoder
+from cone.encoders.base import Layer, LayeredEncoder
 from cone.errors import InputError, ModelUnavailable
 from cone.models.checkpoint import LM_MODELS, checkpoints_dir
 
@@ -42,30 +42,29 @@ def missing(spec: str, checkpoints: Path | None = None) -> ModelUnavailable | No
     return None
 
 
-def load_encoder(spec: str, checkpoints: Path | None = None, layer: str | int = "last") -> Encoder:
-    """baseline | regularized | roberta | minilm | st:PATH. Raises ModelUnavailable, never substitutes.
+def load_encoder(spec: str, checkpoints: Path | None = None, layer: Layer = "last") -> LayeredEncoder:
+    """baseline | regularized | roberta | minilm | st:PATH, pooled from ``layer``. Raises ModelUnavailable,
+    never substitutes.
 
     ``checkpoints``: the folder of the LMs (default ``checkpoints_dir()``: $CONE_CHECKPOINTS or the shipped ones).
     """
+    return _load(spec, checkpoints).at_layer(layer)
+
+
+def _load(spec: str, checkpoints: Path | None) -> LayeredEncoder:
     check_model_name(spec)
     if spec in LM_MODELS:
         from cone.encoders.lm import LMEncoder
 
         if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
             raise absent
-        return LMEncoder(spec, checkpoints_dir(checkpoints) / spec, layer)
-    if layer != "last":
-        raise InputError(f"--layer applies only to {', '.join(LM_MODELS)}")
-    if spec == "roberta":
-        from cone.encoders.st import roberta
-
-        return roberta()
-    if spec == "minilm":
-        from cone.encoders.st import minilm
-
-        return minilm()
+        return LMEncoder(spec, checkpoints_dir(checkpoints) / spec)
     if spec == "bm25":
         raise InputError("bm25 is a lexical index, not an encoder")
-    from cone.encoders.st import sentence_transformer_dir
+    from cone.encoders import st
 
-    return sentence_transformer_dir(spec, Path(spec[3:]))
+    if spec == "roberta":
+        return st.roberta()
+    if spec == "minilm":
+        return st.minilm()
+    return st.sentence_transformer_dir(spec, Path(spec[3:]))

@@ -7,9 +7,12 @@ import os
 from pathlib import Path
 
 import numpy as np
+import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules import Module, Transformer
 
-from cone.encoders.base import files_fingerprint
-from cone.errors import ModelUnavailable
+from cone.encoders.base import Layer, check_layer, files_fingerprint, layer_fingerprint
+from cone.errors import InputError, ModelUnavailable
 
 # Nothing may be downloaded at run time: a missing model must fail fast, not hang or fetch. Passed to every
 # load (instead of setting HF_HUB_OFFLINE for the whole process).
@@ -27,24 +30,87 @@ def _weight_files(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.suffix in {".safetensors", ".bin"} and p.is_file()]
 
 
-class SentenceTransformerEncoder:
-    """Any sentence-transformers model; ``mean_pooling_of`` builds Transformer + mean Pooling."""
+class LayerMeans(Module):
+    """A sentence-transformers module: the padding-masked mean of each chosen hidden state of the Transformer
+    before it, side by side in one (batch, states x dim) vector, so one forward pass (with ST's batching and
+    length sorting) yields every layer."""
 
-    def __init__(self, name: str, model, fingerprint: str) -> None:
+    config_keys = ["states"]
+
+    def __init__(self, states: list[int]) -> None:
+        super().__init__()
+        self.states = states
+
+    def forward(self, features: dict, **kwargs) -> dict:
+        hidden = features["all_layer_embeddings"]
+        mask = features["attention_mask"].unsqueeze(-1).to(hidden[0].dtype)
+        count = mask.sum(1).clamp_min(1.0)
+        features["sentence_embedding"] = torch.cat([(hidden[s] * mask).sum(1) / count for s in self.states], dim=1)
+        return features
+
+    def save(self, output_path: str, *args, **kwargs) -> None:
+        self.save_config(output_path)
+
+
+class SentenceTransformerEncoder:
+    """Any sentence-transformers model; ``mean_pooling_of`` builds Transformer + mean Pooling.
+
+    ``layer`` "last" is the model's own output (its pooling, its normalization); "emb" or a block number is
+    the mean of that hidden state of its Transformer, before any pooling or normalization module."""
+
+    def __init__(self, name: str, model, weights: str, layer: Layer = "last") -> None:
         self.name = name
         self.model = model
         self.dim = int(model.get_embedding_dimension())
-        self.fingerprint = fingerprint
+        self.weights = weights
+        self.layer = check_layer(name, layer, self._blocks() if layer != "last" else 0)
+        self.fingerprint = layer_fingerprint(weights, self.layer)
+
+    def _transformer(self) -> Transformer:
+        first = self.model[0]
+        if not isinstance(first, Transformer) or not hasattr(first.model.config, "num_hidden_layers"):
+            raise InputError(f"{self.name}: its first module is not a layered Transformer; only --layer last applies")
+        return first
+
+    def _blocks(self) -> int:
+        return int(self._transformer().model.config.num_hidden_layers)
+
+    def all_layers(self) -> list[Layer]:
+        return ["emb", *range(1, self._blocks() + 1)]
+
+    def at_layer(self, layer: Layer) -> SentenceTransformerEncoder:
+        return SentenceTransformerEncoder(self.name, self.model, self.weights, layer)
+
+    def _encode_states(self, texts: list[str], states: list[int], batch_size: int, progress: bool) -> np.ndarray:
+        transformer = self._transformer()
+        transformer.model.config.output_hidden_states = True  # Transformer then adds all_layer_embeddings
+        # Sharing the loaded Transformer module: no second copy of the weights.
+        pooled = SentenceTransformer(modules=[transformer, LayerMeans(states)], device=self.model.device)
+        vectors = pooled.encode(texts, batch_size=batch_size, show_progress_bar=progress, convert_to_numpy=True)
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), len(states), -1)
+
+    def encode_layers(
+        self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False
+    ) -> dict[Layer, np.ndarray]:
+        layers = [self.at_layer(layer).layer for layer in dict.fromkeys(layers)]  # validated
+        out: dict[Layer, np.ndarray] = {}
+        if "last" in layers:
+            vectors = self.model.encode(texts, batch_size=batch_size, show_progress_bar=progress, convert_to_numpy=True)
+            out["last"] = np.asarray(vectors, dtype=np.float32)
+        inner = [layer for layer in layers if layer != "last"]
+        if inner:
+            states = [0 if layer == "emb" else int(layer) for layer in inner]
+            stacked = self._encode_states(texts, states, batch_size, progress)
+            out |= {layer: np.ascontiguousarray(stacked[:, i]) for i, layer in enumerate(inner)}
+        return {layer: out[layer] for layer in layers}
 
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        vectors = self.model.encode(texts, batch_size=batch_size, show_progress_bar=progress, convert_to_numpy=True)
-        return np.asarray(vectors, dtype=np.float32)
+        return self.encode_layers(texts, [self.layer], batch_size, progress)[self.layer]
 
 
 def mean_pooling_of(name: str, name_or_path: str, fix: str) -> SentenceTransformerEncoder:
     """Transformer(name_or_path) + mean Pooling, from a directory or the local HF cache only."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
 
     try:
         transformer = Transformer(
@@ -84,8 +150,6 @@ def roberta_missing() -> ModelUnavailable | None:
 
 def sentence_transformer_dir(name: str, path: Path) -> SentenceTransformerEncoder:
     """A saved sentence-transformers model directory, with its own modules (pooling, normalize)."""
-    from sentence_transformers import SentenceTransformer
-
     path = Path(path)
     if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
         raise ModelUnavailable(

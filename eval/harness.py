@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 
 from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
-from cone.encoders.base import Encoder
-from cone.encoders.registry import LM_MODELS, check_model_name, load_encoder
+from cone.encoders.base import Encoder, Layer, LayeredEncoder
+from cone.encoders.registry import check_model_name, load_encoder
 from cone.errors import DamagedIndex, InputError, ModelUnavailable
 from cone.eval import metrics
-from cone.eval.results import GEOMETRY_KEYS, EvalResult, Samples
+from cone.eval.results import GEOMETRY_KEYS, STS_MEAN, EvalResult, Samples, sts_key, sts_name
 from cone.geometry import pair_cosines, spread
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.dense import DEFAULT_FACTORY, build_dense
+from cone.indexing.dense import DEFAULT_FACTORY, build_dense, cache_corpus_layers
 from cone.indexing.index import Index, Queries, VectorIndex
 from cone.indexing.lexical import build_bm25
 from cone.indexing.open import open_index
@@ -34,13 +34,14 @@ QUICK_QUERIES, QUICK_DOCS, QUICK_STS_PAIRS = 50, 1000, 200
 @dataclass
 class EvalData:
     dataset: RetrievalDataset  # corpus, every query (hubness), test qrels (retrieval)
-    sts: StsPairs | None
+    sts: dict[str, StsPairs]  # name -> pairs; each reported apart, and their mean when there are several
     quick: bool
 
 
-def quick_subset(ds: RetrievalDataset, sts: StsPairs | None) -> tuple[RetrievalDataset, StsPairs | None]:
+def quick_subset(ds: RetrievalDataset, sts: dict[str, StsPairs]) -> tuple[RetrievalDataset, dict[str, StsPairs]]:
     """The first 50 test queries, a 1,000-document corpus holding their relevant documents (the rest
-    drawn with a fixed seed), and the first 200 STS pairs: the whole path in minutes, not the real figures."""
+    drawn with a fixed seed), and the first 200 pairs of each STS set: the whole path in minutes, not the real
+    figures."""
     test = sorted(ds.qrels)[:QUICK_QUERIES]
     relevant = {d for q in test for d in ds.qrels[q] if d in ds.corpus}
     others = sorted(set(ds.corpus) - relevant)
@@ -53,17 +54,35 @@ def quick_subset(ds: RetrievalDataset, sts: StsPairs | None) -> tuple[RetrievalD
         queries={q: ds.queries[q] for q in test},
         qrels={q: {d: g for d, g in ds.qrels[q].items() if d in keep} for q in test},
     )
-    if sts is not None:
-        n = QUICK_STS_PAIRS
-        sts = StsPairs(sts.sentence1[:n], sts.sentence2[:n], sts.scores[:n])
-    return subset, sts
+    n = QUICK_STS_PAIRS
+    return subset, {name: StsPairs(p.sentence1[:n], p.sentence2[:n], p.scores[:n]) for name, p in sts.items()}
 
 
-def load_eval_data(root: Path, name: str, quick: bool = False, with_sts: bool = True) -> EvalData:
+DEFAULT_STS = "stsb"  # STS-B test, under the data dir
+
+
+def sts_names(paths: list[Path]) -> dict[str, Path]:
+    """A short, unique name per STS file (its stem; with its folder when two stems agree)."""
+    stems = [sts_name(Path(p).stem) for p in paths]
+    named = {}
+    for path, stem in zip(paths, stems, strict=True):
+        name = stem if stems.count(stem) == 1 else sts_name(f"{Path(path).parent.name}_{stem}")
+        if name in named:
+            raise InputError(f"--sts names {path} twice")
+        named[name] = Path(path)
+    return named
+
+
+def load_eval_data(
+    root: Path, name: str, quick: bool = False, with_sts: bool = True, sts_files: list[Path] | None = None
+) -> EvalData:
+    """The BEIR dataset ``name`` (or path) and the STS sets: ``sts_files`` (CSV sentence1,sentence2,score), by
+    default STS-B test; none when ``with_sts`` is false."""
     dataset = load_beir(root, name)
     if not dataset.qrels:
         raise InputError(f"dataset {name!r} under {root} has no test qrels to evaluate against")
-    sts = load_sts(Path(root) / "stsb" / "test.csv") if with_sts else None
+    paths = sts_names(sts_files) if sts_files else {DEFAULT_STS: Path(root) / "stsb" / "test.csv"}
+    sts = {key: load_sts(path) for key, path in paths.items()} if with_sts else {}
     if quick:
         dataset, sts = quick_subset(dataset, sts)
     return EvalData(dataset, sts, quick)
@@ -84,7 +103,7 @@ def _open_or_build(folder: Path, open_it: Callable[[], Index], build: Callable[[
 def _open_or_build_dense(
     encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, factory: str, options: SweepOptions
 ) -> VectorIndex:
-    layer = getattr(encoder, "layer", "last")
+    layer = encoder.layer
     folder = indexes / store.index_name(model, spec, layer, factory)
     params = "" if factory == DEFAULT_FACTORY else options.search_params
     return _open_or_build(
@@ -139,24 +158,33 @@ class SweepOptions:
 
 @dataclass(frozen=True)
 class EncodedEvalData:
-    """One model's raw vectors of the queries (all, sorted by id) and of both sides of the STS pairs."""
+    """One model layer's raw vectors of the queries (all, sorted by id) and of both sides of each STS set."""
 
     query_ids: list[str]
     queries: np.ndarray
-    sts: tuple[np.ndarray, np.ndarray] | None
+    sts: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def encode_eval_data(encoder: Encoder, data: EvalData, progress: bool) -> EncodedEvalData:
-    # Encode once per model; each post-processing only re-applies its corpus-fitted correction.
+def encode_eval_data(
+    encoder: LayeredEncoder, layers: list[Layer], data: EvalData, progress: bool
+) -> dict[Layer, EncodedEvalData]:
+    """Every query and STS sentence, each layer of ``layers`` from one forward pass; each post-processing then
+    only re-applies its corpus-fitted correction."""
     query_ids = sorted(data.dataset.queries)
-    queries = encoder.encode([data.dataset.queries[q] for q in query_ids], progress=progress)
-    sts = None
-    if data.sts is not None:
-        sts = (
-            encoder.encode(data.sts.sentence1, progress=progress),
-            encoder.encode(data.sts.sentence2, progress=progress),
-        )
-    return EncodedEvalData(query_ids, queries, sts)
+    texts = [data.dataset.queries[q] for q in query_ids]
+    bounds = {}
+    for name, pairs in data.sts.items():
+        bounds[name] = len(texts)
+        texts += pairs.sentence1 + pairs.sentence2
+    found = encoder.encode_layers(texts, layers, progress=progress)
+    encoded = {}
+    for layer, vectors in found.items():
+        sts = {}
+        for name, pairs in data.sts.items():
+            start, n = bounds[name], len(pairs.scores)
+            sts[name] = (vectors[start : start + n], vectors[start + n : start + 2 * n])
+        encoded[layer] = EncodedEvalData(query_ids, vectors[: len(query_ids)], sts)
+    return encoded
 
 
 def _ranking(index: Index, queries: Queries, query_ids: list[str], qrels: dict) -> tuple[dict, np.ndarray, np.ndarray]:
@@ -174,13 +202,15 @@ def _exact_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData) -> 
     query_pos = {q: i for i, q in enumerate(encoded.query_ids)}
     similarity, random, relevant = _similarity(qrels, query_pos, index.embed(encoded.queries), index)
     values |= similarity
-    values["stsb_spearman"], sts = None, None
-    if encoded.sts is not None:
-        sts = (index.embed(encoded.sts[0]) * index.embed(encoded.sts[1])).sum(axis=1)
-        values["stsb_spearman"] = metrics.sts_spearman(sts, data.sts.scores)
+    sts = {}
+    for name, (first, second) in encoded.sts.items():
+        sts[name] = (index.embed(first) * index.embed(second)).sum(axis=1)
+        values[sts_key(name)] = metrics.sts_spearman(sts[name], data.sts[name].scores)
+    if len(sts) > 1:
+        values[STS_MEAN] = float(np.mean([values[sts_key(name)] for name in sts]))
     values |= {k: index.manifest.geometry[k] for k in GEOMETRY_KEYS}
     values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines["mean"]  # what cone:C targets
-    return values, Samples(ndcg, random, relevant, sts), rows
+    return values, Samples(ndcg, random, relevant, sts or None), rows
 
 
 def _approximate_row(
@@ -192,31 +222,64 @@ def _approximate_row(
     test_rows = [i for i, q in enumerate(encoded.query_ids) if q in qrels]
     values["recall_at_10_vs_flat"] = metrics.overlap_at_k(rows[test_rows], exact[test_rows])
     values |= {k: index.manifest.geometry[k] for k in GEOMETRY_KEYS}
+    values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines["mean"]  # the same vectors, before coding
     return values, Samples(ndcg)
 
 
 def evaluate_dense(
-    encoder: Encoder, model: str, specs: list[str], data: EvalData, indexes: Path, options: SweepOptions
+    encoder: Encoder,
+    model: str,
+    specs: list[str],
+    data: EvalData,
+    indexes: Path,
+    options: SweepOptions,
+    encoded: EncodedEvalData,
 ) -> list[EvalResult]:
-    encoded = encode_eval_data(encoder, data, options.progress)
-    layer = getattr(encoder, "layer", "last")
+    """Every (post-processing, factory) row of one model layer, from its encoded queries and cached corpus."""
     results = []
     for spec in specs:
         try:
             index = _open_or_build_dense(encoder, model, data, indexes, spec, DEFAULT_FACTORY, options)
         except InputError as exc:  # a spec this model's space cannot take (cone:0.5 on vectors already at 0.9)
-            results.append(EvalResult(model, spec, None, layer, reason=str(exc)))
+            results.append(EvalResult(model, spec, None, encoder.layer, reason=str(exc)))
             continue
         values, samples, exact = _exact_row(index, data, encoded)
-        results.append(EvalResult(model, spec, index.folder.name, layer, metrics=values, samples=samples))
+        results.append(EvalResult(model, spec, index.folder.name, encoder.layer, metrics=values, samples=samples))
         for factory in options.factories:
             if factory == DEFAULT_FACTORY:
                 continue
             index = _open_or_build_dense(encoder, model, data, indexes, spec, factory, options)
             values, samples = _approximate_row(index, data, encoded, exact)
-            row = EvalResult(model, spec, index.folder.name, layer, metrics=values, samples=samples, factory=factory)
+            row = EvalResult(
+                model, spec, index.folder.name, encoder.layer, metrics=values, samples=samples, factory=factory
+            )
             results.append(row)
     return results
+
+
+def evaluate_layers(
+    encoder: LayeredEncoder,
+    model: str,
+    layers: list[Layer],
+    specs: list[str],
+    data: EvalData,
+    indexes: Path,
+    options: SweepOptions,
+) -> list[EvalResult]:
+    """Each layer's rows, in the order asked; the corpus, queries and STS sentences of every layer encoded in
+    one pass each."""
+    views, rows = {}, {}
+    for layer in layers:
+        try:
+            views[layer] = encoder.at_layer(layer)
+        except InputError as exc:  # e.g. --layers 6 on a 4-block LM beside a 6-block one
+            rows[layer] = [EvalResult(model, spec, None, layer, reason=str(exc)) for spec in specs]
+    if views:
+        cache_corpus_layers(encoder, list(views), data.dataset, options.progress)
+        encoded = encode_eval_data(encoder, list(views), data, options.progress)
+        for layer, view in views.items():
+            rows[layer] = evaluate_dense(view, model, specs, data, indexes, options, encoded[layer])
+    return [row for layer in layers for row in rows[layer]]
 
 
 def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
@@ -228,6 +291,9 @@ def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     return EvalResult("bm25", "none", index.folder.name, metrics=values, samples=Samples(ndcg))
 
 
+ALL_LAYERS = "all"
+
+
 def run_eval(
     models: list[str],
     postprocesses: list[str],
@@ -236,14 +302,14 @@ def run_eval(
     checkpoints: Path | None = None,
     progress: bool = True,
     on_result: Callable[[EvalResult], None] | None = None,
-    lm_layer: str | int = "last",
+    layers: list[Layer] | str = ("last",),
     factories: tuple[str, ...] = (DEFAULT_FACTORY,),
     search_params: str = "",
 ) -> list[EvalResult]:
-    """One result per (model, post-processing, factory); an unavailable model's results carry its reason instead.
+    """One result per (model, layer, post-processing, factory); an unavailable model's results carry its reason.
 
-    ``lm_layer`` picks the layer the project's LMs are pooled from (``emb``: the bag of input embeddings,
-    the table reg_cos acts on); other models always use their own output."""
+    ``layers``: which space of each dense model ("last": its own output; "emb"; a block number), or ``"all"``
+    (emb and every block of each model)."""
     for model in models:
         check_model_name(model)
     specs = [pp.parse(s) for s in postprocesses]
@@ -254,11 +320,12 @@ def run_eval(
             found = [evaluate_bm25(data, indexes, progress)]
         else:
             try:
-                encoder = load_encoder(model, checkpoints, lm_layer if model in LM_MODELS else "last")
+                encoder = load_encoder(model, checkpoints)
             except ModelUnavailable as exc:
                 found = [EvalResult(model, spec, None, reason=exc.explanation) for spec in specs]
             else:
-                found = evaluate_dense(encoder, model, specs, data, indexes, options)
+                chosen = encoder.all_layers() if layers == ALL_LAYERS else list(dict.fromkeys(layers))
+                found = evaluate_layers(encoder, model, chosen, specs, data, indexes, options)
         for result in found:
             if on_result is not None:
                 on_result(result)

@@ -5,19 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from matplotlib.figure import Figure  # the object API: no GUI backend, safe in threads and headless
-
 from cone import __version__
-from cone.eval.results import GEOMETRY_KEYS, EvalResult
+from cone.eval.figures import write_figures
+from cone.eval.results import GEOMETRY_KEYS, EvalResult, sts_keys
 from cone.eval.significance import Comparison
-from cone.geometry import INSTRUMENTS
 from cone.output import dump_json, format_value
 
-FIGURES = "figures"
-BINS = np.linspace(-1.0, 1.0, 201)
 COLUMNS = {
-    "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_100", "recall_at_10_vs_flat", "stsb_spearman"),
+    "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_100", "recall_at_10_vs_flat"),  # then each STS set
     "similarity": (
         "doc_pair_cos_mean",
         "random_cos_mean",
@@ -64,72 +59,6 @@ def write_report(out: Path, report: dict, results: list[EvalResult]) -> ReportFi
     return ReportFiles(path, write_markdown(out, report, results, figures), figures)
 
 
-def _hist_pair(result: EvalResult, path: Path) -> None:
-    m, samples = result.metrics, result.samples
-    fig = Figure(figsize=(6, 3.4))
-    ax = fig.subplots()
-    ax.hist(samples.random, bins=BINS, density=True, alpha=0.6, label="random (query, doc) pairs")
-    ax.hist(samples.relevant, bins=BINS, density=True, alpha=0.6, label="relevant pairs")
-    ax.axvline(m["threshold"], color="k", lw=1, ls="--", label=f"best threshold (F1 {m['threshold_f1']:.2f})")
-    ax.set(xlabel="cosine similarity", ylabel="density", title=result.label, xlim=(-1, 1))
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def _random_overlay(results: list[EvalResult], spec: str, path: Path) -> None:
-    fig = Figure(figsize=(7, 3.8))
-    ax = fig.subplots()
-    for r in results:
-        ax.hist(r.samples.random, bins=BINS, density=True, histtype="step", lw=1.5, label=r.label)
-    ax.set(
-        xlabel="cosine similarity of random (query, document) pairs",
-        ylabel="density",
-        title=f"Where unrelated pairs score (post-processing: {spec})",
-        xlim=(-1, 1),
-    )
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def _instruments(results: list[EvalResult], path: Path) -> None:
-    fig = Figure(figsize=(4 * len(INSTRUMENTS), 0.35 * len(results) + 1.6))
-    axes = fig.subplots(1, len(INSTRUMENTS))
-    names = [r.label for r in results]
-    for ax, key in zip(axes, INSTRUMENTS, strict=True):
-        ax.barh(names, [r.metrics[key] for r in results])
-        ax.set_title(key)
-        ax.invert_yaxis()
-        if key == "sigreg":
-            ax.set_xscale("log")
-        if key != INSTRUMENTS[0]:
-            ax.set_yticklabels([])
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def write_figures(out: Path, results: list[EvalResult]) -> list[Path]:
-    """Per dense result its random-vs-relevant histogram; per post-processing the overlay; the instruments."""
-    folder = out / FIGURES
-    folder.mkdir(parents=True, exist_ok=True)
-    dense = [r for r in results if r.samples is not None and r.samples.random is not None]
-    written = []
-    for r in dense:
-        written.append(folder / f"hist-{r.index}.png")
-        _hist_pair(r, written[-1])
-    for spec in dict.fromkeys(r.postprocess for r in dense):
-        written.append(folder / f"random-pairs-{spec.replace(':', '')}.png")
-        _random_overlay([r for r in dense if r.postprocess == spec], spec, written[-1])
-    if dense:
-        written.append(folder / "instruments.png")
-        _instruments(dense, written[-1])
-    for stale in set(folder.glob("*.png")) - set(written):  # an earlier run's figures would pass for this one's
-        stale.unlink()
-    return written
-
-
 def _md_table(results: list[EvalResult], columns: tuple[str, ...]) -> list[str]:
     lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for r in results:
@@ -151,18 +80,24 @@ COMPARISONS_NOTE = (
 )
 
 
+def _sts_cell(deltas: list[dict]) -> str:
+    cells = []
+    for d in deltas:
+        low, high = d["ci95"]
+        mark = "**yes**" if d["significant"] else "no"
+        name = f"{d['name']}: " if len(deltas) > 1 else ""
+        cells.append(f"{name}{d['delta']:+.4f} [{low:+.4f}, {high:+.4f}] {mark}")
+    return "; ".join(cells) or "—"
+
+
 def _comparison_table(comparisons: list[dict]) -> list[str]:
-    lines = ["| b vs a | Δ nDCG@10 | p (adjusted) | significant | Δ STS ρ | 95% interval | significant |"]
-    lines.append("|---|---|---|---|---|---|---|")
+    lines = ["| b vs a | Δ nDCG@10 | p (adjusted) | significant | Δ STS ρ [95% interval] significant |"]
+    lines.append("|---|---|---|---|---|")
     for c in comparisons:
-        sts = ("—", "—", "—")
-        if c["sts_ci95"]:
-            low, high = c["sts_ci95"]
-            sts = (f"{c['sts_delta']:+.4f}", f"[{low:+.4f}, {high:+.4f}]", "**yes**" if c["sts_significant"] else "no")
         significant = "**yes**" if c["ndcg_significant"] else "no"
         lines.append(
             f"| {c['b']} vs {c['a']} | {c['ndcg_delta']:+.4f} | {c['ndcg_p']:.4f} ({c['ndcg_p_adjusted']:.4f}) | "
-            f"{significant} | " + " | ".join(sts) + " |"
+            f"{significant} | {_sts_cell(c['sts'])} |"
         )
     return lines
 
@@ -175,7 +110,9 @@ def write_markdown(out: Path, report: dict, results: list[EvalResult], figures: 
         lines += ["**Quick subset** (docs/eval.md): it exercises the path; its figures are not the benchmark's.", ""]
     if any(r.synthetic for r in available):
         lines += [SYNTHETIC_NOTE, ""]
+    sts = tuple(dict.fromkeys(k for r in available for k in sts_keys(r.metrics)))
     for title, columns in COLUMNS.items():
+        columns = (*columns, *sts) if title == "retrieval" else columns
         lines += [f"## {title.capitalize()}", "", *_md_table(available, columns), ""]
     if report.get("comparisons"):
         lines += ["## Comparisons", "", COMPARISONS_NOTE, "", *_comparison_table(report["comparisons"]), ""]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,6 +12,29 @@ from cone.indexing.postprocess import is_synthetic
 
 # The index's instruments the eval copies into each dense result (from the manifest of the index it searched).
 GEOMETRY_KEYS = (*INSTRUMENTS, "sigreg_x_floor", "uniformity")
+STS_MEAN = "sts_mean_spearman"  # the mean over the STS sets, as MTEB reports it, when there are several
+
+
+def sts_name(text: str) -> str:
+    """An STS set's name as it appears in metric keys: lower case, [a-z0-9_]."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "sts"
+
+
+def sts_key(name: str) -> str:
+    """The metric key of one STS set's Spearman ρ (stsb_spearman for STS-B)."""
+    return f"{name}_spearman"
+
+
+def sts_keys(metrics: dict) -> list[str]:
+    """The STS keys of a row, each set's first, then their mean."""
+    found = [k for k in metrics if k.endswith("_spearman") and k != STS_MEAN]
+    return found + ([STS_MEAN] if STS_MEAN in metrics else [])
+
+
+def headline_sts_key(metrics: dict) -> str | None:
+    """The one STS figure a plot shows: the mean over the sets, or the only set's ρ."""
+    keys = sts_keys(metrics)
+    return keys[-1] if keys else None
 
 
 @dataclass(frozen=True)
@@ -20,7 +44,7 @@ class Samples:
     ndcg: np.ndarray  # nDCG@10 of each test query, in sorted query-id order
     random: np.ndarray | None = None  # cosines of random (test query, document) pairs
     relevant: np.ndarray | None = None  # cosines of (test query, relevant document) pairs
-    sts: np.ndarray | None = None  # the STS pairs' cosines, in file order
+    sts: dict[str, np.ndarray] | None = None  # each STS set's pair cosines, in file order
 
 
 @dataclass

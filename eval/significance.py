@@ -4,12 +4,14 @@ of comparisons in the report (Benjamini-Hochberg)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 from ranx.statistical_tests import fisher_randomization_test
 from scipy.stats import bootstrap, false_discovery_control, spearmanr
 
+from cone.encoders.base import Layer, layer_order
 from cone.eval.results import EvalResult
 
 PERMUTATIONS = 10_000
@@ -19,24 +21,36 @@ SEED = 0
 
 
 @dataclass(frozen=True)
+class StsDelta:
+    """One STS set's Δρ of a comparison (b - a) and its paired bootstrap 95% interval."""
+
+    name: str
+    delta: float
+    ci95: tuple[float, float]
+
+    @property
+    def significant(self) -> bool:
+        return not (self.ci95[0] <= 0.0 <= self.ci95[1])
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "delta": self.delta, "ci95": list(self.ci95), "significant": self.significant}
+
+
+@dataclass(frozen=True)
 class Comparison:
-    """Row ``b`` against row ``a`` (its reference: the same model's plain row, or the baseline LM)."""
+    """Row ``b`` against row ``a`` (its reference: the same model's plain row, the layer below, or the
+    baseline LM)."""
 
     a: str
     b: str
     ndcg_delta: float  # b - a
     ndcg_p: float  # two-sided, from PERMUTATIONS random swaps of the paired per-query scores
     ndcg_p_adjusted: float  # Benjamini-Hochberg over every comparison of the report
-    sts_delta: float | None = None  # b - a, Spearman ρ
-    sts_ci95: tuple[float, float] | None = None  # paired bootstrap over the STS pairs
+    sts: tuple[StsDelta, ...] = ()  # one per STS set both rows were measured on
 
     @property
     def ndcg_significant(self) -> bool:
         return self.ndcg_p_adjusted < ALPHA
-
-    @property
-    def sts_significant(self) -> bool | None:
-        return None if self.sts_ci95 is None else not (self.sts_ci95[0] <= 0.0 <= self.sts_ci95[1])
 
     def to_json(self) -> dict:
         return {
@@ -46,18 +60,25 @@ class Comparison:
             "ndcg_p": self.ndcg_p,
             "ndcg_p_adjusted": self.ndcg_p_adjusted,
             "ndcg_significant": self.ndcg_significant,
-            "sts_delta": self.sts_delta,
-            "sts_ci95": list(self.sts_ci95) if self.sts_ci95 else None,
-            "sts_significant": self.sts_significant,
+            "sts": [d.to_json() for d in self.sts],
         }
 
 
+def _plain(rows: list[EvalResult]) -> dict[tuple[str, Layer], EvalResult]:
+    """Each (model, layer)'s plain row: no post-processing, the exact Flat index."""
+    return {(r.model, r.layer): r for r in reversed(rows) if r.postprocess == "none" and r.factory == "Flat"}
+
+
 def pairs(results: list[EvalResult]) -> list[tuple[EvalResult, EvalResult]]:
-    """What the report compares: each row with its model's plain row (same layer, no post-processing, Flat),
-    and the regularized LM with the baseline on the same layer, post-processing and factory."""
+    """What the report compares: each row with its model's plain row (same layer, no post-processing, Flat);
+    each layer's plain row with the model's next shallower one; and the regularized LM with the baseline on
+    the same layer, post-processing and factory."""
     rows = [r for r in results if r.available and r.samples is not None]
-    plain = {(r.model, r.layer): r for r in reversed(rows) if r.postprocess == "none" and r.factory == "Flat"}
+    plain = _plain(rows)
     found = [(plain[(r.model, r.layer)], r) for r in rows if plain.get((r.model, r.layer)) not in (None, r)]
+    for model in dict.fromkeys(r.model for r in rows):
+        depth = sorted((r for (m, _), r in plain.items() if m == model), key=lambda r: layer_order(r.layer))
+        found += list(itertools.pairwise(depth))
     key = {(r.model, r.layer, r.postprocess, r.factory): r for r in rows}
     for r in rows:
         if r.model == "baseline" and (other := key.get(("regularized", r.layer, r.postprocess, r.factory))):
@@ -75,7 +96,18 @@ def _sts_interval(a: np.ndarray, b: np.ndarray, gold: np.ndarray) -> tuple[float
     return float(found.confidence_interval.low), float(found.confidence_interval.high)
 
 
-def compare(results: list[EvalResult], sts_gold: list[float] | None) -> list[Comparison]:
+def _sts_deltas(a: EvalResult, b: EvalResult, sts_gold: dict[str, list[float]]) -> tuple[StsDelta, ...]:
+    deltas = []
+    for name, scores in sts_gold.items():
+        if a.samples.sts and b.samples.sts and name in a.samples.sts and name in b.samples.sts:
+            x, y, gold = a.samples.sts[name], b.samples.sts[name], np.asarray(scores)
+            delta = float(spearmanr(y, gold).statistic - spearmanr(x, gold).statistic)
+            deltas.append(StsDelta(name, delta, _sts_interval(x, y, gold)))
+    return tuple(deltas)
+
+
+def compare(results: list[EvalResult], sts_gold: dict[str, list[float]]) -> list[Comparison]:
+    """Every pair of ``pairs`` tested: nDCG@10 over the test queries, and Δρ on each STS set (name -> gold)."""
     chosen = pairs(results)
     raw = []
     for a, b in chosen:
@@ -84,11 +116,6 @@ def compare(results: list[EvalResult], sts_gold: list[float] | None) -> list[Com
     adjusted = false_discovery_control(raw) if raw else []
     comparisons = []
     for (a, b), p, p_adj in zip(chosen, raw, adjusted, strict=True):
-        sts_delta = interval = None
-        if sts_gold is not None and a.samples.sts is not None and b.samples.sts is not None:
-            gold = np.asarray(sts_gold)
-            sts_delta = float(spearmanr(b.samples.sts, gold).statistic - spearmanr(a.samples.sts, gold).statistic)
-            interval = _sts_interval(a.samples.sts, b.samples.sts, gold)
         delta = float(b.samples.ndcg.mean() - a.samples.ndcg.mean())
-        comparisons.append(Comparison(a.label, b.label, delta, p, float(p_adj), sts_delta, interval))
+        comparisons.append(Comparison(a.label, b.label, delta, p, float(p_adj), _sts_deltas(a, b, sts_gold)))
     return comparisons

@@ -10,7 +10,7 @@ import faiss
 import numpy as np
 
 from cone.data.loaders import RetrievalDataset, doc_text
-from cone.encoders.base import Encoder
+from cone.encoders.base import Encoder, Layer, LayeredEncoder
 from cone.errors import DamagedIndex, InputError
 from cone.geometry import histogram, measure, pair_cosines, spread, unit_rows
 from cone.indexing import postprocess as pp
@@ -27,20 +27,56 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "cone" / "embeddings"))
 
 
-def corpus_vectors(encoder: Encoder, dataset: RetrievalDataset, doc_ids: list[str], progress: bool) -> np.ndarray:
-    """Raw corpus vectors, cached per (encoder weights, corpus) so other post-processings reuse them."""
+def _cache_path(encoder: Encoder, dataset: RetrievalDataset) -> Path:
     key = hashlib.sha256(f"{encoder.name}|{encoder.fingerprint}|{dataset.fingerprint()}".encode()).hexdigest()[:20]
-    path = cache_dir() / f"{key}.npy"
+    return cache_dir() / f"{key}.npy"
+
+
+def _cached(encoder: Encoder, dataset: RetrievalDataset) -> np.ndarray | None:
+    path = _cache_path(encoder, dataset)
     if path.is_file():
-        vectors = np.load(path)
-        if vectors.shape == (len(doc_ids), encoder.dim):
+        try:
+            vectors = np.load(path)
+        except (OSError, ValueError, EOFError):  # a torn or foreign file: encode again
+            return None
+        if vectors.shape == (len(dataset.corpus), encoder.dim):
             return vectors
-    vectors = encoder.encode([doc_text(dataset.corpus[d]) for d in doc_ids], progress=progress)
+    return None
+
+
+def _save_cached(encoder: Encoder, dataset: RetrievalDataset, vectors: np.ndarray) -> None:
+    path = _cache_path(encoder, dataset)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npy")
     np.save(tmp, vectors)
     os.replace(tmp, path)
+
+
+def corpus_texts(dataset: RetrievalDataset) -> list[str]:
+    """What is encoded of each document (title + text), in row order (sorted ids)."""
+    return [doc_text(dataset.corpus[d]) for d in sorted(dataset.corpus)]
+
+
+def corpus_vectors(encoder: Encoder, dataset: RetrievalDataset, progress: bool) -> np.ndarray:
+    """Raw corpus vectors in row order, cached per (encoder weights and layer, corpus) so that every
+    post-processing and factory reuses them."""
+    vectors = _cached(encoder, dataset)
+    if vectors is None:
+        vectors = encoder.encode(corpus_texts(dataset), progress=progress)
+        _save_cached(encoder, dataset, vectors)
     return vectors
+
+
+def cache_corpus_layers(
+    encoder: LayeredEncoder, layers: list[Layer], dataset: RetrievalDataset, progress: bool
+) -> list[Layer]:
+    """Fill the corpus cache of every layer in ``layers`` with one forward pass; the layers it had to encode."""
+    absent = [layer for layer in layers if _cached(encoder.at_layer(layer), dataset) is None]
+    if absent:
+        found = encoder.encode_layers(corpus_texts(dataset), absent, progress=progress)
+        for layer, vectors in found.items():
+            _save_cached(encoder.at_layer(layer), dataset, vectors)
+    return absent
 
 
 def random_pair_summary(vectors: np.ndarray) -> dict:
@@ -87,7 +123,7 @@ def build_dense(
     """Build (or replace, atomically) the index folder ``out``."""
     postprocess = pp.parse(postprocess)
     doc_ids = sorted(dataset.corpus)
-    raw = corpus_vectors(encoder, dataset, doc_ids, progress)
+    raw = corpus_vectors(encoder, dataset, progress)
     params = pp.fit(raw, postprocess)
     corrected = pp.apply(raw, params)
     vectors = unit_rows(corrected)

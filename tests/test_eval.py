@@ -158,7 +158,7 @@ def test_bad_eval_arguments_are_one_line_errors(extra, message, tiny_beir, tmp_p
 def test_quick_subset_keeps_every_relevant_document(data_dir):
     data = load_eval_data(data_dir, "scifact", quick=True)
     ds = data.dataset
-    assert len(ds.qrels) == 50 and len(ds.corpus) == 1000 and len(data.sts.scores) == 200
+    assert len(ds.qrels) == 50 and len(ds.corpus) == 1000 and len(data.sts["stsb"].scores) == 200
     assert all(d in ds.corpus for rel in ds.qrels.values() for d in rel)
 
 
@@ -189,7 +189,7 @@ def test_demo_builds_then_reuses_indexes_and_report(shared_tiny_beir, tiny_check
 def test_lm_layer_is_evaluated_through_its_own_index(shared_tiny_beir, tiny_checkpoints, tmp_path):
     data = load_eval_data(shared_tiny_beir, "tiny")
     results = run_eval(
-        ["baseline", "bm25"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False, lm_layer="emb"
+        ["baseline", "bm25"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False, layers=["emb"]
     )
     emb, bm25 = results
     assert emb.layer == "emb" and emb.index == "baseline-layeremb" and emb.available

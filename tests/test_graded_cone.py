@@ -107,7 +107,7 @@ def test_per_query_ndcg_averages_to_the_reported_ndcg():
 
 
 def _row(model: str, postprocess: str, ndcg: np.ndarray, sts: np.ndarray | None = None) -> EvalResult:
-    samples = Samples(ndcg=ndcg, sts=sts)
+    samples = Samples(ndcg=ndcg, sts=None if sts is None else {"stsb": sts})
     return EvalResult(
         model, postprocess, f"{model}-{postprocess}", metrics={"ndcg_at_10": ndcg.mean()}, samples=samples
     )
@@ -124,11 +124,13 @@ def test_significance_where_the_answer_is_known():
         _row("minilm", "whiten", np.clip(base + 0.3, 0, 1), sts=gold + 0.1 * noise),  # better on every query
     ]
     assert [(a.postprocess, b.postprocess) for a, b in pairs(rows)] == [("none", "center"), ("none", "whiten")]
-    same, better = compare(rows, list(gold))
+    same, better = compare(rows, {"stsb": list(gold)})
     assert same.ndcg_delta == 0 and same.ndcg_p == 1.0 and not same.ndcg_significant
-    assert same.sts_delta == 0 and not same.sts_significant
+    ((same_sts,),) = [same.sts]
+    assert same_sts.delta == 0 and not same_sts.significant
     assert better.ndcg_delta == pytest.approx(0.3, abs=0.01) and better.ndcg_p <= 1e-3 and better.ndcg_significant
-    assert better.sts_delta > 0.5 and better.sts_ci95[0] > 0 and better.sts_significant
+    ((better_sts,),) = [better.sts]
+    assert better_sts.delta > 0.5 and better_sts.ci95[0] > 0 and better_sts.significant
 
 
 def test_baseline_and_regularized_are_compared_like_for_like():

@@ -1,0 +1,165 @@
+"""The eval's figures: where random and relevant pairs score, the instruments, the cone map (where retrieval
+breaks as the cone tightens) and each model's profile over its layers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure  # the object API: no GUI backend, safe in threads and headless
+
+from cone.encoders.base import layer_order
+from cone.eval.results import EvalResult, headline_sts_key
+from cone.geometry import INSTRUMENTS
+
+FIGURES = "figures"
+BINS = np.linspace(-1.0, 1.0, 201)
+
+
+def _hist_pair(result: EvalResult, path: Path) -> None:
+    m, samples = result.metrics, result.samples
+    fig = Figure(figsize=(6, 3.4))
+    ax = fig.subplots()
+    ax.hist(samples.random, bins=BINS, density=True, alpha=0.6, label="random (query, doc) pairs")
+    ax.hist(samples.relevant, bins=BINS, density=True, alpha=0.6, label="relevant pairs")
+    ax.axvline(m["threshold"], color="k", lw=1, ls="--", label=f"best threshold (F1 {m['threshold_f1']:.2f})")
+    ax.set(xlabel="cosine similarity", ylabel="density", title=result.label, xlim=(-1, 1))
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _random_overlay(results: list[EvalResult], spec: str, path: Path) -> None:
+    fig = Figure(figsize=(7, 3.8))
+    ax = fig.subplots()
+    for r in results:
+        ax.hist(r.samples.random, bins=BINS, density=True, histtype="step", lw=1.5, label=r.label)
+    ax.set(
+        xlabel="cosine similarity of random (query, document) pairs",
+        ylabel="density",
+        title=f"Where unrelated pairs score (post-processing: {spec})",
+        xlim=(-1, 1),
+    )
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _instruments(results: list[EvalResult], path: Path) -> None:
+    fig = Figure(figsize=(4 * len(INSTRUMENTS), 0.35 * len(results) + 1.6))
+    axes = fig.subplots(1, len(INSTRUMENTS))
+    names = [r.label for r in results]
+    for ax, key in zip(axes, INSTRUMENTS, strict=True):
+        ax.barh(names, [r.metrics[key] for r in results])
+        ax.set_title(key)
+        ax.invert_yaxis()
+        if key == "sigreg":
+            ax.set_xscale("log")
+        if key != INSTRUMENTS[0]:
+            ax.set_yticklabels([])
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# x of the cone map: -log10(1 - cos) spreads 0.9, 0.99 and 0.999 apart, where the cone's regime is.
+_CONE_TICKS = [0.0, 0.5, 0.9, 0.99, 0.999]
+
+
+def _cone_x(cos: np.ndarray) -> np.ndarray:
+    return -np.log10(1.0 - np.minimum(np.asarray(cos, dtype=float), 0.99999))
+
+
+def _cone_x_inverse(x: np.ndarray) -> np.ndarray:
+    return 1.0 - 10.0 ** (-np.asarray(x, dtype=float))
+
+
+def _cone_map(results: list[EvalResult], path: Path) -> None:
+    """Each measured space at (random doc-pair mean cosine, nDCG@10), and (same, threshold F1)."""
+    fig = Figure(figsize=(11, 4.4))
+    retrieval, threshold = fig.subplots(1, 2, sharex=True)
+    factories = list(dict.fromkeys(r.factory for r in results))
+    models = list(dict.fromkeys(r.model for r in results))
+    markers = "os^Dvp*hX"
+    for r in results:
+        color = f"C{factories.index(r.factory) % 10}"
+        style = {"marker": markers[models.index(r.model) % len(markers)], "color": color, "s": 30}
+        style |= {"facecolors": "none"} if r.synthetic else {}
+        x = r.metrics["doc_pair_cos_mean"]
+        retrieval.scatter([x], [r.metrics["ndcg_at_10"]], **style)
+        if r.metrics.get("threshold_f1") is not None:
+            threshold.scatter([x], [r.metrics["threshold_f1"]], **style)
+            name = r.postprocess if r.layer == "last" else f"[{r.layer}] {r.postprocess}"
+            threshold.annotate(
+                name, (x, r.metrics["threshold_f1"]), fontsize=6, alpha=0.7, xytext=(3, 2), textcoords="offset points"
+            )
+    for ax, what in ((retrieval, "nDCG@10"), (threshold, "best global threshold's F1 (exact index)")):
+        ax.set_xscale("function", functions=(_cone_x, _cone_x_inverse))
+        ax.set_xticks(_CONE_TICKS, [f"{t:g}" for t in _CONE_TICKS])
+        ax.set(xlabel="mean cosine of random document pairs (the cone)", ylabel=what, ylim=(0, None))
+        ax.grid(alpha=0.3)
+    handles = [retrieval.scatter([], [], color=f"C{i % 10}", marker="o", label=f) for i, f in enumerate(factories)]
+    handles += [
+        retrieval.scatter([], [], color="grey", marker=markers[i % len(markers)], label=m) for i, m in enumerate(models)
+    ]
+    if any(r.synthetic for r in results):
+        handles.append(retrieval.scatter([], [], color="grey", facecolors="none", label="synthetic degradation"))
+    retrieval.legend(handles=handles, fontsize=7, loc="lower left")
+    retrieval.set_title("Where retrieval breaks as the cone tightens")
+    threshold.set_title("Where a similarity threshold stops separating")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _layer_profile(model: str, results: list[EvalResult], path: Path) -> None:
+    """One model's spaces against depth (Flat index), one line per post-processing."""
+    sts = headline_sts_key(results[0].metrics)
+    panels = [("anisotropy", "anisotropy"), ("random_cos_mean", "random (query, doc) cosine")]
+    panels += [("effective_rank", "effective rank"), ("ndcg_at_10", "nDCG@10")]
+    panels += [(sts, "STS Spearman ρ")] if sts else []
+    fig = Figure(figsize=(3.1 * len(panels), 3.2))
+    axes = fig.subplots(1, len(panels))
+    layers = sorted(dict.fromkeys(r.layer for r in results), key=layer_order)
+    for spec in dict.fromkeys(r.postprocess for r in results):
+        rows = {r.layer: r for r in results if r.postprocess == spec}
+        at = [i for i, layer in enumerate(layers) if layer in rows]
+        for ax, (key, _) in zip(axes, panels, strict=True):
+            ax.plot(at, [rows[layers[i]].metrics.get(key) for i in at], marker="o", label=spec)
+    for ax, (_, title) in zip(axes, panels, strict=True):
+        ax.set_xticks(range(len(layers)), [str(layer) for layer in layers])
+        ax.set(title=title, xlabel="layer")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{model}: the space of each layer (mean-pooled hidden states)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write_figures(out: Path, results: list[EvalResult]) -> list[Path]:
+    """Per dense result its random-vs-relevant histogram; per post-processing the overlay; the instruments;
+    the cone map; per model measured on several layers its profile."""
+    folder = out / FIGURES
+    folder.mkdir(parents=True, exist_ok=True)
+    dense = [r for r in results if r.samples is not None and r.samples.random is not None]
+    written = []
+    for r in dense:
+        written.append(folder / f"hist-{r.index}.png")
+        _hist_pair(r, written[-1])
+    for spec in dict.fromkeys(r.postprocess for r in dense):
+        written.append(folder / f"random-pairs-{spec.replace(':', '')}.png")
+        _random_overlay([r for r in dense if r.postprocess == spec], spec, written[-1])
+    if dense:
+        written.append(folder / "instruments.png")
+        _instruments(dense, written[-1])
+    mapped = [r for r in results if r.available and r.metrics.get("doc_pair_cos_mean") is not None]
+    if mapped:
+        written.append(folder / "cone-map.png")
+        _cone_map(mapped, written[-1])
+    for model in dict.fromkeys(r.model for r in dense):
+        rows = [r for r in dense if r.model == model]
+        if len({r.layer for r in rows}) > 1:
+            written.append(folder / f"layers-{model.replace(':', '').replace('/', '_')}.png")
+            _layer_profile(model, rows, written[-1])
+    for stale in set(folder.glob("*.png")) - set(written):  # an earlier run's figures would pass for this one's
+        stale.unlink()
+    return written
