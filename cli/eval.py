@@ -43,14 +43,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "eval",
         help="measure what the cone breaks: retrieval, STS, similarity spread, hubness, geometry",
-        description="For every (model, post-processing) pair: nDCG@10 / MRR@10 / Recall@100 on the test qrels "
-        "(ranx), STS-B test Spearman, the cosine spread of random and relevant pairs, the best global "
-        "threshold's F1, hubness and the geometry instruments. Writes OUT/report.json, OUT/report.md and "
-        "OUT/figures/*.png. Indexes are built under OUT/indexes (or --indexes) when missing and reused after.",
+        description="For every (model, layer, post-processing, factory): nDCG@10 / MRR@10 / Recall@100 on the "
+        "test qrels (ranx), STS Spearman (STS-B test, or --sts files), the cosine spread of random and relevant "
+        "pairs, the best global threshold's F1, hubness and the geometry instruments, and paired significance "
+        "tests. Writes OUT/report.json, OUT/report.md and OUT/figures/*.png. Indexes are built under OUT/indexes "
+        "(or --indexes) when missing and reused after.",
     )
     add_dataset_option(p)
     p.add_argument("--models", type=comma_list, default=list(MODEL_NAMES), help=f"default {DEFAULT_MODELS}")
-    p.add_argument("--postprocess", type=comma_list, default=["none"], help="comma list of none,center,whiten,abtt:K")
+    p.add_argument(
+        "--postprocess",
+        type=comma_list,
+        default=["none"],
+        help="comma list of specs: repairs none,center,whiten,abtt:K; synthetic degradations cone:C, rogue:K:S; "
+        "stages joined by + apply left to right (cone:0.99+whiten); see docs/eval.md",
+    )
     add_data_dir_option(p)
     p.add_argument("--out", type=Path, required=True, help="report folder")
     p.add_argument("--indexes", type=Path, default=None, help="index folder to reuse/fill (default OUT/indexes)")
@@ -110,8 +117,10 @@ def evaluate_and_report(
     layers: list[Layer] | str = ("last",),
     factories: tuple[str, ...] = ("Flat",),
     search_params: str = "",
+    command: str | None = None,
 ) -> tuple[dict, report.ReportFiles, list[EvalResult]]:
-    """The eval and its report files; what `cone eval` and `cone demo` share."""
+    """The eval and its report files; what `cone eval` and `cone demo` share. ``command``: what the report
+    says produced it (default this process's command line)."""
     results = run_eval(
         models,
         postprocesses,
@@ -125,7 +134,7 @@ def evaluate_and_report(
         search_params,
     )
     comparisons = compare(results, {name: pairs.scores for name, pairs in data.sts.items()})
-    command = "cone " + shlex.join(sys.argv[1:])
+    command = command or "cone " + shlex.join(sys.argv[1:])
     payload = report.payload(data.dataset.name, data.quick, results, command, comparisons)
     return payload, report.write_report(out, payload, results), results
 
@@ -133,9 +142,7 @@ def evaluate_and_report(
 def summary(results: list[EvalResult], files: report.ReportFiles) -> str:
     rows = [{"model": r.label, **r.metrics} for r in results if r.available]
     sts = tuple(dict.fromkeys(k for row in rows for k in sts_keys(row)))
-    where = (
-        f"report: {files.markdown}, {files.json}; {len(files.figures)} figures in {files.json.parent / FIGURES}"
-    )
+    where = f"report: {files.markdown}, {files.json}; {len(files.figures)} figures in {files.json.parent / FIGURES}"
     return f"{table(rows, ('model', *SUMMARY[:2], *sts, *SUMMARY[2:]))}\n\n{where}"
 
 

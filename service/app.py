@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
+from pydantic import StringConstraints
 
 from cone import __version__
 from cone.indexing.postprocess import is_synthetic
@@ -43,6 +44,10 @@ PAGE = Path(__file__).with_name("static") / "index.html"
 ERRORS = {code: {"model": ErrorResponse} for code in (404, 409, 413, 503)}
 ModelName = Annotated[
     str, Query(min_length=1, max_length=MAX_MODEL_CHARS, description="an index name from GET /models")
+]
+ModelNames = Annotated[
+    list[Annotated[str, StringConstraints(min_length=1, max_length=MAX_MODEL_CHARS)]] | None,
+    Query(description="index names from GET /models, the parameter repeated (?model=a&model=b); default all"),
 ]
 router = APIRouter()
 
@@ -75,6 +80,8 @@ def info(entry: Entry) -> ModelInfo:
     return ModelInfo(
         name=entry.name,
         model=m and m.model,
+        layer=m and m.layer,
+        index_factory=m and m.index_factory,
         available=entry.available,
         reason=entry.reason,
         dim=m and m.dim,
@@ -125,10 +132,19 @@ def search_post(registry: RegistryDep, body: SearchRequest) -> SearchResponse:
     return search_entry(find_entry(registry, body.model), body.q, body.k)
 
 
+def chosen_entries(registry: Registry, names: list[str] | None) -> list[Entry]:
+    """The named entries, each once, in the order named (404 for an unknown one); all without names."""
+    if not names:
+        return list(registry.entries.values())
+    return [find_entry(registry, name, need_index=False) for name in dict.fromkeys(names)]
+
+
 @router.get("/compare", response_model=CompareResponse, responses=ERRORS)
-def compare(registry: RegistryDep, params: Annotated[SearchQuery, Query()]) -> CompareResponse:
-    """The same query against every available model, side by side."""
-    entries = list(registry.entries.values())
+def compare(
+    registry: RegistryDep, params: Annotated[SearchQuery, Query()], model: ModelNames = None
+) -> CompareResponse:
+    """The same query against the chosen available models (default every one), side by side."""
+    entries = chosen_entries(registry, model)
     return CompareResponse(
         query=params.q,
         k=params.k,
@@ -144,13 +160,13 @@ def compare(registry: RegistryDep, params: Annotated[SearchQuery, Query()]) -> C
 )
 def histogram(
     registry: RegistryDep,
-    model: Annotated[str | None, Query(min_length=1, max_length=MAX_MODEL_CHARS)] = None,
+    model: ModelNames = None,
     format: Literal["png", "json"] = "png",
     size: Literal["full", "small"] = "full",
 ) -> Response:
-    """Random-pair cosine distribution of one model (or, without ``model``, all dense models overlaid)."""
-    if model is not None:
-        found = [histogram_of(find_entry(registry, model, need_index=False))]
+    """Random-pair cosine distribution of one model, or of several overlaid (default: every dense model)."""
+    if model:
+        found = [histogram_of(e) for e in chosen_entries(registry, model)]
     else:
         dense = [e for e in registry.entries.values() if e.manifest and e.manifest.random_pair_cosines]
         found = [histogram_of(e) for e in dense]

@@ -74,8 +74,10 @@ class SearchResponse(BaseModel):
 
 
 class ModelInfo(BaseModel):
-    name: str
-    model: str | None
+    name: str = Field(description="the index's name: what /search, /compare and /histogram take")
+    model: str | None = Field(description="the model whose vectors it holds (the page groups indexes by it)")
+    layer: str | int | None = Field(description="the model's space: last (its own output), emb, or a block number")
+    index_factory: str | None = Field(description="the FAISS index type (Flat = exact)")
     available: bool
     reason: str | None
     dim: int | None

@@ -1,4 +1,5 @@
-"""The page in a real headless Chromium (Debian's, driven by Playwright): type a query, see columns."""
+"""The page in a real headless Chromium (Debian's, driven by Playwright): choose indexes, type a query, see
+their columns and their random-pair histograms overlaid."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ FLAGS = [
 @pytest.fixture(scope="module")
 def served(shared_tiny_beir, tiny_checkpoints, tmp_path_factory):
     root = tmp_path_factory.mktemp("served")
-    build_tiny_indexes(root, shared_tiny_beir, tiny_checkpoints, [("baseline", "none"), ("regularized", "none")])
+    dense = [("baseline", "none"), ("regularized", "none"), ("baseline", "whiten+cone:0.99")]
+    build_tiny_indexes(root, shared_tiny_beir, tiny_checkpoints, dense)
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(root, tiny_checkpoints), host="127.0.0.1", port=port, log_level="warning")
@@ -44,15 +46,31 @@ def served(shared_tiny_beir, tiny_checkpoints, tmp_path_factory):
     thread.join(10)
 
 
-def test_query_shows_one_column_per_available_model(served):
+def _loaded(page):
+    """The page's image has arrived and decoded (a broken one has naturalWidth 0)."""
+    return page.eval_on_selector("#overlay", "i => i.complete && i.naturalWidth > 0")
+
+
+def test_chosen_indexes_get_columns_and_an_overlay_histogram(served):
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"Chromium not found at {CHROMIUM}: `make install` installs Debian's chromium")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page()
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
         page.goto(served + "/")
+        page.wait_for_selector("#chooser input", timeout=30_000)
+        groups = page.eval_on_selector_all("#chooser .group", "gs => gs.map(g => g.dataset.model)")
+        assert len(groups) == len(set(groups)) and {"baseline", "regularized", "bm25"} <= set(groups)
+        checked = page.eval_on_selector_all("#chooser input:checked", "bs => bs.map(b => b.value)")
+        assert sorted(checked) == ["baseline", "bm25", "regularized"]  # the plain index of each model
+        synthetic = page.locator("#chooser .group[data-model=baseline] label", has_text="whiten+cone:0.99")
+        assert "(synthetic)" in synthetic.inner_text() and not synthetic.locator("input").is_checked()
+        page.wait_for_function("document.getElementById('overlay').naturalWidth > 0", timeout=30_000)
+        assert "model=baseline" in page.get_attribute("#overlay", "src")
+        assert "bm25" not in page.get_attribute("#overlay", "src")  # BM25 scores are not cosines
+
         page.fill("#q", "cell protein expression")
         page.click("button[type=submit]")
         page.wait_for_selector(".column .hit", timeout=30_000)
@@ -62,6 +80,18 @@ def test_query_shows_one_column_per_available_model(served):
         assert len(scores) == 5 and all(-1.0 <= float(s) <= 1.0 for s in scores)
         assert page.locator(".column[data-model=baseline] img.hist").count() == 1
         assert "unavailable" in page.inner_text("#missing")
+        # Baseline and regularized side by side, without scrolling sideways.
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+        synthetic.locator("input").check()  # the synthetic cone joins: a column and a curve
+        page.wait_for_selector(".column[data-model='baseline-whiten-cone0.99'] .hit", timeout=30_000)
+        assert "(synthetic degradation)" in page.inner_text(".column[data-model='baseline-whiten-cone0.99'] h2")
+        assert "model=baseline-whiten-cone0.99" in page.get_attribute("#overlay", "src")
+        page.wait_for_function("document.getElementById('overlay').complete", timeout=30_000)
+        assert _loaded(page)
+        page.locator("#chooser input[value=bm25]").uncheck()
+        page.wait_for_function("!document.querySelector('.column[data-model=bm25]')", timeout=30_000)
+
         page.fill("#q", "   ")
         page.click("button[type=submit]")
         page.wait_for_function("document.getElementById('error').textContent.length > 0", timeout=10_000)

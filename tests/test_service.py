@@ -108,6 +108,25 @@ def test_compare_answers_for_every_available_model(client):
     assert {"broken", "roberta", "minilm"} <= {m["name"] for m in body["unavailable"]}
 
 
+def test_compare_and_histogram_take_the_chosen_indexes(client):
+    params = [("q", "gene expression"), ("k", 2), ("model", "regularized"), ("model", "baseline"), ("model", "bm25")]
+    body = client.get("/compare", params=[*params, ("model", "baseline")]).json()
+    assert [r["model"] for r in body["results"]] == ["regularized", "baseline", "bm25"]  # as chosen, each once
+    assert body["unavailable"] == []
+    chosen = [("format", "json"), ("model", "baseline"), ("model", "baseline-center")]
+    assert [h["name"] for h in client.get("/histogram", params=chosen).json()["histograms"]] == [
+        "baseline",
+        "baseline-center",
+    ]
+    unknown = client.get("/compare", params=[("q", "cell"), ("model", "baseline"), ("model", "nope")])
+    assert unknown.status_code == 404 and "nope" in unknown.json()["detail"]
+    too_long = client.get("/histogram", params=[("model", "x" * 201)])
+    assert too_long.status_code == 422
+    info = {m["name"]: m for m in client.get("/models").json()["models"]}
+    assert info["baseline-center"]["model"] == "baseline" and info["baseline-center"]["layer"] == "last"
+    assert info["baseline"]["index_factory"] == "Flat" and info["bm25"]["model"] == "bm25"
+
+
 def test_histogram_png_json_and_overlay(client):
     png = client.get("/histogram", params={"model": "baseline"})
     assert png.status_code == 200 and png.headers["content-type"] == "image/png" and png.content[:4] == b"\x89PNG"

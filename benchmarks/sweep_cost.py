@@ -1,0 +1,101 @@
+"""What a post-processing × factory sweep costs against one plain run of the same model, in one run.
+
+Both runs start cold (an empty embedding cache and no indexes, each in its own temporary folder) and do all
+of `cone eval`'s work: encoding, index building, retrieval, STS, significance tests and the report. The sweep
+encodes the corpus, queries and STS pairs once and re-uses those vectors for every (spec, factory) row, so it
+should cost far less than (specs × factories) plain runs; the issue's bar is under 2× one plain run.
+
+Usage: python benchmarks/sweep_cost.py [--model minilm] [--postprocess none,cone:0.5,...] [--index-factory
+Flat,SQ8,PQ32] [--out DIR: keep the sweep's report there] [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import tempfile
+import time
+from pathlib import Path
+
+from cone.cli.eval import evaluate_and_report
+from cone.cli.options import comma_list, factory_list
+from cone.data.loaders import data_dir
+from cone.eval.harness import load_eval_data
+from cone.indexing.dense import CACHE_ENV
+
+SWEEP = "none,cone:0.5,cone:0.9,cone:0.99,cone:0.999,cone:0.99+center,cone:0.99+whiten,rogue:2:30"
+
+
+def timed_run(data, model: str, specs: list[str], factories: list[str], out: Path, command: str) -> tuple[float, int]:
+    """Seconds of one cold `cone eval` (its own empty cache and index folder) and the rows it produced."""
+    with tempfile.TemporaryDirectory(prefix="cone-sweep-cost-") as scratch:
+        saved = os.environ.get(CACHE_ENV)
+        os.environ[CACHE_ENV] = str(Path(scratch) / "cache")
+        try:
+            start = time.perf_counter()
+            _, _, results = evaluate_and_report(
+                data,
+                [model],
+                specs,
+                out,
+                Path(scratch) / "indexes",
+                None,
+                False,
+                factories=tuple(factories),
+                command=command,
+            )
+            seconds = time.perf_counter() - start
+        finally:
+            if saved is None:
+                os.environ.pop(CACHE_ENV, None)
+            else:
+                os.environ[CACHE_ENV] = saved
+    return seconds, sum(r.available for r in results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--dataset", default="scifact")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--postprocess", type=comma_list, default=comma_list(SWEEP))
+    parser.add_argument("--index-factory", type=factory_list, default=factory_list("Flat,SQ8,PQ32"))
+    parser.add_argument("--out", type=Path, default=None, help="keep the sweep's report here (default: discarded)")
+    parser.add_argument("--quick", action="store_true", help="the eval's quick subset (not the benchmark's figure)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    data = load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick)
+    cli = ["eval", "--models", args.model, "--dataset", args.dataset] + (["--quick"] if args.quick else [])
+    with tempfile.TemporaryDirectory(prefix="cone-sweep-report-") as scratch:
+        one_out, sweep_out = Path(scratch) / "one", args.out or Path(scratch) / "sweep"
+        one = timed_run(data, args.model, ["none"], ["Flat"], one_out, "cone " + shlex.join(cli))
+        sweep_cli = cli + ["--postprocess", ",".join(args.postprocess), "--index-factory", ";".join(args.index_factory)]
+        sweep_cli += ["--out", str(sweep_out)] if args.out else []
+        sweep = timed_run(
+            data, args.model, args.postprocess, args.index_factory, sweep_out, "cone " + shlex.join(sweep_cli)
+        )
+    found = {
+        "model": args.model,
+        "dataset": data.dataset.name,
+        "specs": len(args.postprocess),
+        "factories": len(args.index_factory),
+        "one_spec_seconds": round(one[0], 1),
+        "one_spec_rows": one[1],
+        "sweep_seconds": round(sweep[0], 1),
+        "sweep_rows": sweep[1],
+        "ratio": round(sweep[0] / one[0], 3),
+    }
+    if args.json:
+        print(json.dumps(found))
+        return
+    print(f"one spec (none, Flat): {found['one_spec_seconds']} s, {one[1]} row")
+    print(
+        f"sweep ({found['specs']} specs x {found['factories']} factories): {found['sweep_seconds']} s, {sweep[1]} rows"
+    )
+    print(f"sweep / one spec = {found['ratio']}x (the bar: under 2x)")
+
+
+if __name__ == "__main__":
+    main()
