@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from cone.eval.results import GEOMETRY_KEYS, STS_MEAN, EvalResult, Samples, sts_
 from cone.geometry import pair_cosines, spread
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.dense import DEFAULT_FACTORY, build_dense, cache_corpus_layers
+from cone.indexing.dense import DEFAULT_FACTORY, CorrectedCorpus, build_dense, cache_corpus_layers, correct_corpus
 from cone.indexing.index import Index, Queries, VectorIndex
 from cone.indexing.lexical import build_bm25
 from cone.indexing.open import open_index
@@ -101,8 +102,17 @@ def _open_or_build(folder: Path, open_it: Callable[[], Index], build: Callable[[
 
 
 def _open_or_build_dense(
-    encoder: Encoder, model: str, data: EvalData, indexes: Path, spec: str, factory: str, options: SweepOptions
+    encoder: Encoder,
+    model: str,
+    data: EvalData,
+    indexes: Path,
+    spec: str,
+    corpus: Callable[[], CorrectedCorpus],
+    factory: str,
+    options: SweepOptions,
 ) -> VectorIndex:
+    """``corpus`` gives ``spec``'s correction, computed on the first build that needs it and shared by the
+    spec's factories."""
     layer = encoder.layer
     folder = indexes / store.index_name(model, spec, layer, factory)
     params = "" if factory == DEFAULT_FACTORY else options.search_params
@@ -111,7 +121,7 @@ def _open_or_build_dense(
         lambda: open_index(
             folder, model=model, corpus_fingerprint=data.dataset.fingerprint(), encoders={(model, layer): encoder}
         ),
-        lambda: build_dense(encoder, data.dataset, folder, spec, factory, options.progress, params),
+        lambda: build_dense(encoder, data.dataset, folder, corpus(), factory, options.progress, params),
     )
 
 
@@ -238,8 +248,9 @@ def evaluate_dense(
     """Every (post-processing, factory) row of one model layer, from its encoded queries and cached corpus."""
     results = []
     for spec in specs:
+        corpus = cache(partial(correct_corpus, encoder, data.dataset, spec, options.progress))
         try:
-            index = _open_or_build_dense(encoder, model, data, indexes, spec, DEFAULT_FACTORY, options)
+            index = _open_or_build_dense(encoder, model, data, indexes, spec, corpus, DEFAULT_FACTORY, options)
         except InputError as exc:  # a spec this model's space cannot take (cone:0.5 on vectors already at 0.9)
             results.append(EvalResult(model, spec, None, encoder.layer, reason=str(exc)))
             continue
@@ -248,7 +259,7 @@ def evaluate_dense(
         for factory in options.factories:
             if factory == DEFAULT_FACTORY:
                 continue
-            index = _open_or_build_dense(encoder, model, data, indexes, spec, factory, options)
+            index = _open_or_build_dense(encoder, model, data, indexes, spec, corpus, factory, options)
             values, samples = _approximate_row(index, data, encoded, exact)
             row = EvalResult(
                 model, spec, index.folder.name, encoder.layer, metrics=values, samples=samples, factory=factory

@@ -23,6 +23,7 @@ SIGREG_DIRECTIONS = 256
 SIGREG_MAX_ROWS = 32_768
 SIGREG_SEED = 0
 UNIFORMITY_PAIRS = 200_000
+PAIR_CHUNK = 8_192
 
 
 def as_matrix(x: object) -> np.ndarray:
@@ -278,11 +279,13 @@ def uniformity(x: object, t: float = 2.0, n_pairs: int = UNIFORMITY_PAIRS, seed:
     n = x.shape[0]
     i = rng.integers(0, n, size=n_pairs)
     j = (i + rng.integers(1, n, size=n_pairs)) % n  # j != i, uniform over the others
+    # Normalize the rows once, then gather pairs in small chunks: gathering 200,000 float64 pairs at once
+    # moved ~1 GB per call. The difference form keeps precision where rows are nearly parallel (a cone).
+    u = unit_rows(x.astype(np.float64))
     sq = np.empty(n_pairs, dtype=np.float64)
-    for start in range(0, n_pairs, CHUNK_ROWS):
-        a = unit_rows(x[i[start : start + CHUNK_ROWS]].astype(np.float64))
-        b = unit_rows(x[j[start : start + CHUNK_ROWS]].astype(np.float64))
-        sq[start : start + CHUNK_ROWS] = ((a - b) ** 2).sum(axis=1)
+    for start in range(0, n_pairs, PAIR_CHUNK):
+        pairs = slice(start, start + PAIR_CHUNK)
+        sq[pairs] = ((u[i[pairs]] - u[j[pairs]]) ** 2).sum(axis=1)
     v = np.exp(-t * sq)
     m = v.mean()
     stderr = float(v.std(ddof=1) / np.sqrt(n_pairs) / max(m, 1e-300))

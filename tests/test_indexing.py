@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+import faiss
 import numpy as np
 import pytest
 
@@ -12,7 +13,7 @@ from cone.encoders.st import ROBERTA_PATH_ENV, roberta
 from cone.errors import ConeError, DamagedIndex, InputError, ModelUnavailable
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.dense import DenseIndex, build_dense
+from cone.indexing.dense import DenseIndex, build_dense, build_faiss
 from cone.indexing.lexical import BM25Index, build_bm25
 from cone.indexing.open import open_index
 
@@ -282,3 +283,18 @@ def test_any_beir_folder_can_be_named_by_its_path(tiny_beir, tmp_path, capsys):
         == 0
     )
     assert store.read_manifest(tmp_path / "idx" / "bm25").dataset == "mine"
+
+
+@pytest.mark.parametrize("factory", ["PQ4", "IVF2,PQ4", "OPQ4,PQ4"])
+def test_pq_skips_polysemous_training_only_where_no_search_reads_it(factory):
+    vectors = np.random.default_rng(0).standard_normal((600, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    skipped, kept = build_faiss(vectors, factory), build_faiss(vectors, factory, "ht=64")
+    pq = [faiss.downcast_index(i) for i in (skipped, kept)]
+    pq = [faiss.downcast_index(i.index) if isinstance(i, faiss.IndexPreTransform) else i for i in pq]
+    assert [i.do_polysemous_training for i in pq] == [False, True]
+    # Polysemous training only renumbers centroids: the PQ search's scores and ranks are the same.
+    faiss.ParameterSpace().set_index_parameters(kept, "ht=2048")  # a Hamming filter that lets every code through
+    (scores, rows), (kept_scores, kept_rows) = skipped.search(vectors[:20], 5), kept.search(vectors[:20], 5)
+    np.testing.assert_allclose(scores, kept_scores, rtol=1e-5)
+    assert (rows == kept_rows).mean() > 0.95  # ties may order differently
