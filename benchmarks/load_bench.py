@@ -1,10 +1,13 @@
 """Load benchmark of `cone serve` on loopback with wrk, and the service's overhead, in one run.
 
-1. In-process: the same Entry.search the service calls (encode the query + FAISS search), median per query.
-2. `cone serve` in a subprocess; wrk with 1 connection (overhead: p50 / in-process) and with 16
-   connections for 30 s (errors, p50, p99, throughput), optionally with /admin/reload every S seconds.
+1. In-process: the same Entry.search the service calls (encode the query + FAISS search), unbatched, median
+   per query: the single-query loop every service figure is a ratio against.
+2. `cone serve` in a subprocess per batching setting (default: none, i.e. --max-batch 1; then window 0 and
+   2 ms): wrk with 1 connection (overhead: p50 / in-process) and with 16 connections for 30 s (errors,
+   p50, p99, throughput), optionally with /admin/reload every S seconds.
 
-Usage: python benchmarks/load_bench.py --indexes DIR --model minilm [--seconds 30] [--connections 16] [--reload-every S]
+Usage: python benchmarks/load_bench.py --indexes DIR --model minilm [--seconds 30] [--connections 16]
+       [--batching none,0,2] [--reload-every S]
 Needs wrk (Debian package `wrk`). Queries: the dataset's test queries, read from --data-dir.
 """
 
@@ -29,6 +32,7 @@ import numpy as np
 
 from cone.data.loaders import data_dir, load_beir
 from cone.errors import ConeError
+from cone.service.batching import DEFAULT_MAX_BATCH, BatchSettings
 from cone.service.registry import load_entries
 
 # The loopback helpers live with the tests (they are not part of the installed package).
@@ -83,7 +87,7 @@ def run_wrk(url: str, script: Path, connections: int, seconds: int) -> dict:
 
 
 def in_process_ms(indexes: Path, checkpoints: Path | None, model: str, queries: list[str]) -> float:
-    entry = load_entries(indexes, checkpoints)[0][model]
+    entry = load_entries(indexes, checkpoints, BatchSettings(max_batch=1))[0][model]
     if not entry.available:
         raise SystemExit(f"model {model!r} unavailable: {entry.reason}")
     for q in queries[:5]:
@@ -96,37 +100,27 @@ def in_process_ms(indexes: Path, checkpoints: Path | None, model: str, queries: 
     return float(np.median(times))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--indexes", type=Path, required=True)
-    parser.add_argument("--model", default="minilm")
-    parser.add_argument("--checkpoints", type=Path, default=None, help="default: $CONE_CHECKPOINTS or the shipped ones")
-    parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--dataset", default="scifact")
-    parser.add_argument("--seconds", type=int, default=30)
-    parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--reload-every", type=float, default=0, help="seconds between /admin/reload calls (0: none)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    if shutil.which("wrk") is None:
-        raise SystemExit("wrk not found: apt-get install wrk")
-    ds = load_beir(data_dir(args.data_dir), args.dataset)
-    queries = [ds.queries[q] for q in sorted(ds.qrels)][:100]
-    local_ms = in_process_ms(args.indexes, args.checkpoints, args.model, queries)
+def batching_flags(setting: str) -> list[str]:
+    """``none`` (every request alone) or a window in ms."""
+    if setting == "none":
+        return ["--max-batch", "1"]
+    return ["--batch-window-ms", setting, "--max-batch", str(DEFAULT_MAX_BATCH)]
+
+
+def serve_and_load(args: argparse.Namespace, script: Path, setting: str) -> dict:
+    """One `cone serve` with this batching: 1 client, then the full load (with reloads if asked)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     admin_key = secrets.token_hex(8)
     server = subprocess.Popen(
         [sys.executable, "-m", "cone", "serve", "--indexes", str(args.indexes), "--port", str(port)]
+        + batching_flags(setting)
         + (["--checkpoints", str(args.checkpoints)] if args.checkpoints else []),
         stdout=subprocess.DEVNULL,
         env={**os.environ, "CONE_ADMIN_KEY": admin_key},
     )
     try:
         wait_ready(url)
-        with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
-            handle.write(lua_script(args.model, queries))
-        script = Path(handle.name)
         single = run_wrk(url, script, 1, min(10, args.seconds))
         stop, reloads = threading.Event(), {"ok": 0, "failed": 0}
         if args.reload_every:
@@ -140,30 +134,50 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(30)
-    result = {
-        "model": args.model,
-        "in_process_ms": local_ms,
-        "one_client": single,
-        "overhead_p50_ratio": single["p50_ms"] / local_ms,
-        f"{args.connections}_clients": loaded,
-        "reloads": reloads,
-        "load_rps_vs_in_process_capacity": loaded["rps"] / (1e3 / local_ms),
-    }
+    return {"batching": setting, "one_client": single, "loaded": loaded, "reloads": reloads}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--indexes", type=Path, required=True)
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--checkpoints", type=Path, default=None, help="default: $CONE_CHECKPOINTS or the shipped ones")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--dataset", default="scifact")
+    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument(
+        "--batching", default="none,0,2", help="comma list: none (--max-batch 1) or a window in ms (default none,0,2)"
+    )
+    parser.add_argument("--reload-every", type=float, default=0, help="seconds between /admin/reload calls (0: none)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: apt-get install wrk")
+    ds = load_beir(data_dir(args.data_dir), args.dataset)
+    queries = [ds.queries[q] for q in sorted(ds.qrels)][:100]
+    local_ms = in_process_ms(args.indexes, args.checkpoints, args.model, queries)
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
+        handle.write(lua_script(args.model, queries))
+    runs = [serve_and_load(args, Path(handle.name), setting) for setting in args.batching.split(",")]
+    for run in runs:
+        run["overhead_p50_ratio"] = run["one_client"]["p50_ms"] / local_ms
+        run["load_rps_vs_in_process"] = run["loaded"]["rps"] / (1e3 / local_ms)
+    result = {"model": args.model, "in_process_ms": local_ms, "connections": args.connections, "runs": runs}
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"model {args.model}: in-process encode+search median {local_ms:.2f} ms")
-    print(
-        f"1 client:  p50 {single['p50_ms']:.2f} ms, p99 {single['p99_ms']:.2f} ms, "
-        f"overhead p50 / in-process = {result['overhead_p50_ratio']:.2f}"
-    )
-    print(
-        f"{args.connections} clients, {args.seconds} s: {loaded['requests']} requests, errors {loaded['errors']}, "
-        f"{loaded['rps']:.1f} req/s, p50 {loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms "
-        f"(throughput = {result['load_rps_vs_in_process_capacity']:.2f}× one in-process worker)"
-    )
-    if args.reload_every:
-        print(f"reloads during the load: {reloads['ok']} ok, {reloads['failed']} failed")
+    print(f"model {args.model}: in-process encode+search median {local_ms:.2f} ms ({1e3 / local_ms:.1f} q/s)")
+    for run in runs:
+        single, loaded = run["one_client"], run["loaded"]
+        print(
+            f"batching {run['batching']}: 1 client p50 {single['p50_ms']:.2f} ms (overhead "
+            f"{run['overhead_p50_ratio']:.2f}); {args.connections} clients x {args.seconds} s: {loaded['requests']} "
+            f"requests, errors {loaded['errors']}, {loaded['rps']:.1f} req/s "
+            f"({run['load_rps_vs_in_process']:.2f}x the in-process loop), p50 {loaded['p50_ms']:.1f} ms, "
+            f"p99 {loaded['p99_ms']:.1f} ms"
+            + (f", reloads {run['reloads']['ok']} ok / {run['reloads']['failed']} failed" if args.reload_every else "")
+        )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-from cone.cli.options import add_checkpoints_option, positive_int
+from cone.cli.options import add_checkpoints_option, non_negative_float, positive_int
 from cone.errors import InputError
+from cone.service.batching import DEFAULT_BATCHING, DEFAULT_MAX_BATCH, DEFAULT_WINDOW_MS, BatchSettings
 from cone.service.schemas import MAX_BODY_BYTES
 
 MAX_BODY_ENV = "CONE_MAX_BODY_BYTES"
@@ -31,6 +32,20 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=f"largest request body; a bigger one is answered 413 unread "
         f"(default ${MAX_BODY_ENV} or {MAX_BODY_BYTES:,})",
     )
+    p.add_argument(
+        "--batch-window-ms",
+        type=non_negative_float,
+        default=DEFAULT_WINDOW_MS,
+        help="how long the first search of a batch waits for concurrent ones, to encode and search them in one "
+        f"call (default {DEFAULT_WINDOW_MS:g}; 0: no waiting, but searches that arrive while a batch runs still "
+        "form the next one)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=positive_int,
+        default=DEFAULT_MAX_BATCH,
+        help=f"most searches in one batch; a full one runs at once; 1: no batching (default {DEFAULT_MAX_BATCH})",
+    )
     add_checkpoints_option(p)
     p.set_defaults(handler=run_serve)
 
@@ -42,18 +57,27 @@ def body_limit_from_env() -> int:
         raise InputError(f"${MAX_BODY_ENV}: {exc}") from None
 
 
-def serve(indexes: Path, host: str, port: int, checkpoints: Path | None, max_body_bytes: int | None = None) -> None:
+def serve(
+    indexes: Path,
+    host: str,
+    port: int,
+    checkpoints: Path | None,
+    max_body_bytes: int | None = None,
+    batching: BatchSettings = DEFAULT_BATCHING,
+) -> None:
     import uvicorn
 
     from cone.service.app import create_app
 
     limit = max_body_bytes or body_limit_from_env()
     print(f"cone: serving {indexes} at http://{host}:{port}/ (API docs: http://{host}:{port}/docs)", flush=True)
-    uvicorn.run(create_app(indexes, checkpoints, max_body_bytes=limit), host=host, port=port, log_level="warning")
+    app = create_app(indexes, checkpoints, max_body_bytes=limit, batching=batching)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 def run_serve(args: argparse.Namespace) -> int:
     if not args.indexes.is_dir():
         raise InputError(f"{args.indexes}: no such folder of indexes (build them with `cone index` or `cone demo`)")
-    serve(args.indexes, args.host, args.port, args.checkpoints, args.max_body_bytes)
+    batching = BatchSettings(args.batch_window_ms, args.max_batch)
+    serve(args.indexes, args.host, args.port, args.checkpoints, args.max_body_bytes, batching)
     return 0

@@ -18,6 +18,7 @@ from pydantic import StringConstraints
 from cone import __version__
 from cone.indexing.postprocess import is_synthetic
 from cone.indexing.store import PAIR_STATS
+from cone.service.batching import DEFAULT_BATCHING, BatchSettings
 from cone.service.limits import BodyLimit, short, validation_error
 from cone.service.plots import histogram_png
 from cone.service.registry import Entry, Registry
@@ -226,9 +227,10 @@ def create_app(
     checkpoints: Path | None = None,
     load_in_background: bool = True,
     max_body_bytes: int = MAX_BODY_BYTES,
+    batching: BatchSettings = DEFAULT_BATCHING,
 ) -> FastAPI:
     """The app over every index in ``indexes``; /readyz turns ready once they are loaded."""
-    registry = Registry(indexes, checkpoints)
+    registry = Registry(indexes, checkpoints, batching)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -7,6 +7,7 @@ that already holds an entry finishes on it, the next request sees the new set.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +16,9 @@ import numpy as np
 from cone.encoders.registry import MODEL_NAMES, missing
 from cone.errors import ConeError, ModelUnavailable
 from cone.indexing import store
-from cone.indexing.index import Index
+from cone.indexing.index import Hit, Index
 from cone.indexing.open import open_index
+from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
 
 # The spread covers the whole corpus up to this size (all of SciFact); beyond it, a search with k = corpus size
 # would cost every query a full scan, so the spread is that of the highest-scoring SPREAD_DOCS documents.
@@ -25,22 +27,32 @@ SPREAD_DOCS = 10_000
 
 @dataclass
 class Entry:
-    """One model's index (or why there is none). ``lock`` guards encoders that are not re-entrant."""
+    """One model's index (or why there is none). ``lock`` guards encoders that are not re-entrant; concurrent
+    searches are gathered into batches (``batching``) that take it once."""
 
     name: str
     manifest: store.Manifest | None
     index: Index | None = None
     reason: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    batching: BatchSettings = DEFAULT_BATCHING
+
+    def __post_init__(self) -> None:
+        self._batcher = MicroBatcher(self._search_batch, self.lock, self.batching)
 
     @property
     def available(self) -> bool:
         return self.index is not None
 
+    def _search_batch(self, requests: Sequence[tuple[str, int]]) -> list[list[Hit]]:
+        """One encode and one FAISS call for every (query, k) of a batch: its top max(k, spread size)."""
+        depth = max(max(k for _, k in requests), min(len(self.index.docs), SPREAD_DOCS))
+        found = self.index.search([query for query, _ in requests], depth)
+        return [found.hits(i) for i in range(len(requests))]
+
     def search(self, query: str, k: int) -> tuple[list[dict], dict[str, float]]:
         """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns."""
-        with self.lock:
-            found = self.index.search([query], max(k, min(len(self.index.docs), SPREAD_DOCS))).hits(0)
+        found = self._batcher.submit((query, k))
         scores = np.array([hit.score for hit in found]) if found else np.zeros(1)  # no hit (an empty IVF probe)
         hits = [{**self.index.docs[hit.row], "rank": rank, "score": hit.score} for rank, hit in enumerate(found[:k], 1)]
         spread = {
@@ -64,7 +76,9 @@ def _unavailable_model(name: str, folder: Path, checkpoints: Path | None) -> Ent
     )
 
 
-def _open_entry(path: Path, checkpoints: Path | None, encoders: dict, locks: dict[int, threading.Lock]) -> Entry:
+def _open_entry(
+    path: Path, checkpoints: Path | None, encoders: dict, locks: dict[int, threading.Lock], batching: BatchSettings
+) -> Entry:
     """One index as an entry; whatever goes wrong with it makes this entry unavailable, never the service."""
     manifest = None
     try:
@@ -77,16 +91,18 @@ def _open_entry(path: Path, checkpoints: Path | None, encoders: dict, locks: dic
     except Exception as exc:  # a defect this code did not foresee in one index must not stop the others
         return Entry(path.name, manifest, reason=f"{path}: cannot load ({type(exc).__name__}: {str(exc)[:200]})")
     lock = locks.setdefault(id(getattr(index, "encoder", index)), threading.Lock())
-    return Entry(path.name, manifest, index=index, lock=lock)
+    return Entry(path.name, manifest, index=index, lock=lock, batching=batching)
 
 
-def load_entries(folder: Path, checkpoints: Path | None = None) -> tuple[dict[str, Entry], list[str]]:
+def load_entries(
+    folder: Path, checkpoints: Path | None = None, batching: BatchSettings = DEFAULT_BATCHING
+) -> tuple[dict[str, Entry], list[str]]:
     """Every index under ``folder``; a corrupt or mismatched one becomes an unavailable entry with its reason.
     Also the lines that say which indexes were recovered from an interrupted swap."""
     encoders: dict = {}  # one loaded encoder per model, shared by its indexes (and so is its lock)
     locks: dict[int, threading.Lock] = {}
     paths, notes = store.list_indexes(folder)
-    entries = {path.name: _open_entry(path, checkpoints, encoders, locks) for path in paths}
+    entries = {path.name: _open_entry(path, checkpoints, encoders, locks, batching) for path in paths}
     built = {e.manifest.model for e in entries.values() if e.manifest}
     for name in MODEL_NAMES:
         if name not in built and name not in entries:
@@ -97,8 +113,10 @@ def load_entries(folder: Path, checkpoints: Path | None = None) -> tuple[dict[st
 class Registry:
     """The current set of entries, readiness, and atomic reload."""
 
-    def __init__(self, folder: Path, checkpoints: Path | None = None) -> None:
-        self.folder, self.checkpoints = Path(folder), checkpoints
+    def __init__(
+        self, folder: Path, checkpoints: Path | None = None, batching: BatchSettings = DEFAULT_BATCHING
+    ) -> None:
+        self.folder, self.checkpoints, self.batching = Path(folder), checkpoints, batching
         self.entries: dict[str, Entry] = {}
         self.notes: list[str] = []  # what the last load recovered
         self.ready = threading.Event()
@@ -107,7 +125,7 @@ class Registry:
     def load(self) -> dict[str, Entry]:
         with self._reload_lock:
             try:
-                entries, self.notes = load_entries(self.folder, self.checkpoints)
+                entries, self.notes = load_entries(self.folder, self.checkpoints, self.batching)
             except Exception as exc:  # the folder itself unreadable: keep what serves, say why, still be ready
                 entries, self.notes = self.entries, [f"{self.folder}: cannot list indexes ({exc})"]
             self.entries = entries  # one assignment: readers see the old set or the new one, never a mix

@@ -12,6 +12,7 @@ from cone.data.loaders import load_beir
 from cone.encoders.registry import load_encoder
 from cone.indexing.dense import build_dense
 from cone.service.app import ADMIN_KEY_ENV, create_app
+from cone.service.batching import BatchSettings
 from cone.service.schemas import MAX_QUERY_CHARS
 
 from tiny import build_tiny_indexes
@@ -173,6 +174,33 @@ def test_concurrent_searches_are_consistent(client):
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(ask, queries))
     assert results == [expected[q] for q in queries]
+
+
+def test_micro_batched_searches_answer_as_one_by_one_searches_do(index_dir, tiny_checkpoints, monkeypatch, tmp_path):
+    monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path))
+    queries = [f"{w} protein cell" for w in ("level", "risk", "gene", "study", "tumor", "dose", "rna", "mice")] * 3
+    alone = create_app(index_dir, tiny_checkpoints, load_in_background=False, batching=BatchSettings(max_batch=1))
+    batched = create_app(
+        index_dir, tiny_checkpoints, load_in_background=False, batching=BatchSettings(window_ms=100, max_batch=8)
+    )
+    with TestClient(alone) as one, TestClient(batched) as many:
+        entry = many.app.state.registry.entries["baseline"]
+        sizes, search = [], entry.index.search
+        entry.index.search = lambda texts, k: sizes.append(len(texts)) or search(texts, k)
+
+        def ask(client, q: str) -> dict:
+            response = client.get("/search", params={"model": "baseline", "q": q, "k": 5})
+            assert response.status_code == 200
+            return response.json()
+
+        expected = [ask(one, q) for q in queries]
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            got = list(pool.map(lambda q: ask(many, q), queries))
+    assert max(sizes) > 1 and sum(sizes) == len(queries)  # batched, and every query searched once
+    for want, have in zip(expected, got, strict=True):
+        assert [h["doc_id"] for h in have["hits"]] == [h["doc_id"] for h in want["hits"]]
+        assert [h["score"] for h in have["hits"]] == pytest.approx([h["score"] for h in want["hits"]], abs=1e-5)
+        assert have["spread"] == pytest.approx(want["spread"], abs=1e-5)
 
 
 def test_admin_reload_is_off_without_a_key_and_swaps_atomically(

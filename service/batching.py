@@ -1,0 +1,111 @@
+"""Micro-batching: concurrent requests for one index gathered for a few milliseconds and run as one call.
+
+Encoding one query at a time leaves most of a CPU's matrix throughput unused, and requests that queue
+behind one encoder lock wait for each other anyway. Here the first request of a batch leads: it waits
+until the batch is full or its own window has passed, takes up to ``max_batch`` waiting requests, and
+runs them in one call under the encoder lock; every other request only waits for its result. There is
+no background thread, so an index that a reload drops leaves nothing running behind it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+DEFAULT_WINDOW_MS = 2.0
+DEFAULT_MAX_BATCH = 32
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How long the first request of a batch waits for others, and the largest batch (1: each runs alone).
+
+    With a window of 0 nothing waits, yet requests that arrive while a batch runs still form the next one:
+    batches then grow with the load alone (no added latency when idle)."""
+
+    window_ms: float = DEFAULT_WINDOW_MS
+    max_batch: int = DEFAULT_MAX_BATCH
+
+
+DEFAULT_BATCHING = BatchSettings()
+
+
+@dataclass
+class _Request(Generic[Item, Result]):
+    item: Item
+    arrived: float = field(default_factory=time.monotonic)
+    woken: threading.Event = field(default_factory=threading.Event)  # a result, an error, or "lead now"
+    result: Result | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+class MicroBatcher(Generic[Item, Result]):
+    """``submit`` one item, get its result; ``run`` sees a list of items and returns their results in order."""
+
+    def __init__(
+        self,
+        run: Callable[[Sequence[Item]], Sequence[Result]],
+        lock: threading.Lock,
+        settings: BatchSettings = DEFAULT_BATCHING,
+    ) -> None:
+        self._run, self._lock, self.settings = run, lock, settings
+        self._waiting: list[_Request[Item, Result]] = []
+        self._changed = threading.Condition()
+        self._has_leader = False
+
+    def submit(self, item: Item) -> Result:
+        if self.settings.max_batch <= 1:
+            with self._lock:
+                return self._run([item])[0]
+        request: _Request[Item, Result] = _Request(item)
+        with self._changed:
+            self._waiting.append(request)
+            leads = not self._has_leader
+            self._has_leader = True
+            self._changed.notify_all()  # a leader waiting for a full batch counts again
+        while True:
+            if leads:
+                self._lead(request)
+            request.woken.wait()
+            if request.done:
+                break
+            request.woken.clear()  # promoted: lead the next batch
+            leads = True
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def _lead(self, leader: _Request[Item, Result]) -> None:
+        deadline = leader.arrived + self.settings.window_ms / 1000.0
+        with self._changed:
+            while len(self._waiting) < self.settings.max_batch and (left := deadline - time.monotonic()) > 0:
+                self._changed.wait(left)
+        with self._lock:  # requests keep arriving while the previous batch runs: they join this one
+            with self._changed:
+                batch = self._waiting[: self.settings.max_batch]
+                del self._waiting[: self.settings.max_batch]
+                if self._waiting:
+                    self._waiting[0].woken.set()  # the oldest request left over leads the next batch
+                else:
+                    self._has_leader = False
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[_Request[Item, Result]]) -> None:
+        try:
+            results = self._run([r.item for r in batch])
+            for request, result in zip(batch, results, strict=True):  # a short answer is an error, not a hang
+                request.result = result
+        except BaseException as exc:  # every request of the batch answers with the error, none hangs
+            for request in batch:
+                request.error = exc
+        finally:
+            for request in batch:
+                request.done = True
+                request.woken.set()

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from cone.service.batching import BatchSettings, MicroBatcher
+
+
+class Doubler:
+    """A batch function that records each batch it is given and can be told to wait or to fail."""
+
+    def __init__(self, gate: threading.Event | None = None, fail_on: int | None = None) -> None:
+        self.batches: list[list[int]] = []
+        self.gate, self.fail_on = gate, fail_on
+
+    def __call__(self, items):
+        self.batches.append(list(items))
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.fail_on in items:
+            raise ValueError(f"cannot take {self.fail_on}")
+        return [2 * i for i in items]
+
+
+def submit_all(batcher: MicroBatcher, items: list[int], threads: int = 16) -> list:
+    def ask(i):
+        try:
+            return batcher.submit(i)
+        except ValueError as exc:
+            return str(exc)
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(ask, items))
+
+
+def test_concurrent_requests_share_batches_and_each_gets_its_own_result():
+    run = Doubler()
+    batcher = MicroBatcher(run, threading.Lock(), BatchSettings(window_ms=200, max_batch=8))
+    assert submit_all(batcher, list(range(32))) == [2 * i for i in range(32)]
+    assert sorted(i for batch in run.batches for i in batch) == list(range(32))  # each item run exactly once
+    assert max(len(b) for b in run.batches) > 1 and len(run.batches) < 32
+    assert all(len(b) <= 8 for b in run.batches)
+
+
+def test_a_full_batch_runs_without_waiting_out_the_window():
+    run = Doubler()
+    batcher = MicroBatcher(run, threading.Lock(), BatchSettings(window_ms=600_000, max_batch=4))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(batcher.submit, i) for i in range(4)]
+        assert sorted(f.result(timeout=30) for f in futures) == [0, 2, 4, 6]  # a 10-minute window would time out
+    assert run.batches and len(run.batches[0]) == 4
+
+
+def test_requests_arriving_during_a_batch_join_the_next_one():
+    gate = threading.Event()
+    run = Doubler(gate)
+    batcher = MicroBatcher(run, threading.Lock(), BatchSettings(window_ms=0, max_batch=64))  # no waiting at all
+    with ThreadPoolExecutor(max_workers=9) as pool:
+        first = pool.submit(batcher.submit, 0)
+        while not run.batches:  # the first batch is running (held at the gate)
+            threading.Event().wait(0.01)
+        later = [pool.submit(batcher.submit, i) for i in range(1, 9)]
+        threading.Event().wait(0.2)
+        gate.set()
+        assert first.result(timeout=30) == 0 and [f.result(timeout=30) for f in later] == [2 * i for i in range(1, 9)]
+    assert run.batches[0] == [0] and sorted(run.batches[1]) == list(range(1, 9))
+
+
+def test_max_batch_one_runs_every_request_alone():
+    run = Doubler()
+    batcher = MicroBatcher(run, threading.Lock(), BatchSettings(window_ms=100, max_batch=1))
+    assert submit_all(batcher, list(range(10))) == [2 * i for i in range(10)]
+    assert all(len(b) == 1 for b in run.batches) and len(run.batches) == 10
+
+
+def test_a_failing_batch_answers_each_of_its_requests_with_the_error_and_the_next_batch_still_runs():
+    run = Doubler(fail_on=3)
+    batcher = MicroBatcher(run, threading.Lock(), BatchSettings(window_ms=100, max_batch=64))
+    answers = submit_all(batcher, list(range(8)))
+    failed = next(b for b in run.batches if 3 in b)
+    assert all(answers[i] == "cannot take 3" for i in failed)
+    assert all(answers[i] == 2 * i for i in range(8) if i not in failed)
+    assert batcher.submit(5) == 10
+    with pytest.raises(ValueError, match="cannot take 3"):
+        batcher.submit(3)
+
+
+def test_a_short_answer_is_an_error_not_a_hang():
+    batcher = MicroBatcher(lambda items: [0], threading.Lock(), BatchSettings(window_ms=600_000, max_batch=4))
+    answers = submit_all(batcher, [1, 2, 3, 4], threads=4)  # one full batch of 4, one result
+    assert all("shorter" in a for a in answers)
