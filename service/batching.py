@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
-DEFAULT_WINDOW_MS = 2.0
+DEFAULT_WINDOW_MS = 0.0  # measured best on 2 cores (docs/benchmarks.md): batches grow with the load alone
 DEFAULT_MAX_BATCH = 32
 
 

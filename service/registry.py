@@ -16,7 +16,7 @@ import numpy as np
 from cone.encoders.registry import MODEL_NAMES, missing
 from cone.errors import ConeError, ModelUnavailable
 from cone.indexing import store
-from cone.indexing.index import Hit, Index
+from cone.indexing.index import Index
 from cone.indexing.open import open_index
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
 
@@ -44,22 +44,28 @@ class Entry:
     def available(self) -> bool:
         return self.index is not None
 
-    def _search_batch(self, requests: Sequence[tuple[str, int]]) -> list[list[Hit]]:
-        """One encode and one FAISS call for every (query, k) of a batch: its top max(k, spread size)."""
+    def _search_batch(self, requests: Sequence[tuple[str, int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """One encode and one FAISS call for every (query, k) of a batch: the scores and rows of its top
+        max(k, spread size), best first."""
         depth = max(max(k for _, k in requests), min(len(self.index.docs), SPREAD_DOCS))
         found = self.index.search([query for query, _ in requests], depth)
-        return [found.hits(i) for i in range(len(requests))]
+        return [(found.scores[i], found.rows[i]) for i in range(len(requests))]
 
     def search(self, query: str, k: int) -> tuple[list[dict], dict[str, float]]:
         """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns."""
-        found = self._batcher.submit((query, k))
-        scores = np.array([hit.score for hit in found]) if found else np.zeros(1)  # no hit (an empty IVF probe)
-        hits = [{**self.index.docs[hit.row], "rank": rank, "score": hit.score} for rank, hit in enumerate(found[:k], 1)]
+        scores, rows = self._batcher.submit((query, k))
+        found = rows >= 0  # FAISS pads with -1 where it found fewer (an empty IVF probe)
+        scores, rows = scores[found].astype(float), rows[found]
+        hits = [
+            {**self.index.docs[int(row)], "rank": rank, "score": float(score)}
+            for rank, (score, row) in enumerate(zip(scores[:k], rows[:k], strict=True), 1)
+        ]
+        spread_of = scores if len(scores) else np.zeros(1)
         spread = {
-            "min": float(scores.min()),
-            "median": float(np.median(scores)),
-            "max": float(scores.max()),
-            "n": len(found),
+            "min": float(spread_of.min()),
+            "median": float(np.median(spread_of)),
+            "max": float(spread_of.max()),
+            "n": len(scores),
         }
         return hits, spread
 
