@@ -102,7 +102,7 @@ def _skip_polysemous_training(index: faiss.Index, search_params: str) -> None:
     centroids so that Hamming distances between codes approximate theirs; it changes no code's distance and
     so no search result, unless a search uses the Hamming filter (``ht=`` in the search params). It was 93%
     of a PQ32 build on SciFact (26 s of 28 s), so it is skipped where nothing reads it."""
-    if "ht=" in search_params:
+    if "ht" in {setting.split("=")[0].strip() for setting in search_params.split(",")}:
         return
     inner = faiss.downcast_index(index)
     if isinstance(inner, faiss.IndexPreTransform):

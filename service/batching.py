@@ -84,9 +84,14 @@ class MicroBatcher(Generic[Item, Result]):
 
     def _lead(self, leader: _Request[Item, Result]) -> None:
         deadline = leader.arrived + self.settings.window_ms / 1000.0
-        with self._changed:
-            while len(self._waiting) < self.settings.max_batch and (left := deadline - time.monotonic()) > 0:
-                self._changed.wait(left)
+        try:
+            with self._changed:
+                while len(self._waiting) < self.settings.max_batch and (left := deadline - time.monotonic()) > 0:
+                    self._changed.wait(min(left, threading.TIMEOUT_MAX))
+        finally:  # even if the wait is interrupted, the batch runs and leadership passes on: nothing may hang
+            self._take_and_run_batch()
+
+    def _take_and_run_batch(self) -> None:
         with self._lock:  # requests keep arriving while the previous batch runs: they join this one
             with self._changed:
                 batch = self._waiting[: self.settings.max_batch]

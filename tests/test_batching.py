@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -59,10 +60,13 @@ def test_requests_arriving_during_a_batch_join_the_next_one():
     batcher = MicroBatcher(run, threading.Lock(), BatchSettings(window_ms=0, max_batch=64))  # no waiting at all
     with ThreadPoolExecutor(max_workers=9) as pool:
         first = pool.submit(batcher.submit, 0)
-        while not run.batches:  # the first batch is running (held at the gate)
+        deadline = time.monotonic() + 30
+        while not run.batches and time.monotonic() < deadline:  # the first batch is running (held at the gate)
             threading.Event().wait(0.01)
         later = [pool.submit(batcher.submit, i) for i in range(1, 9)]
-        threading.Event().wait(0.2)
+        deadline = time.monotonic() + 30
+        while len(batcher._waiting) < 8 and time.monotonic() < deadline:  # all 8 queued behind the running batch
+            threading.Event().wait(0.01)
         gate.set()
         assert first.result(timeout=30) == 0 and [f.result(timeout=30) for f in later] == [2 * i for i in range(1, 9)]
     assert run.batches[0] == [0] and sorted(run.batches[1]) == list(range(1, 9))
@@ -91,3 +95,22 @@ def test_a_short_answer_is_an_error_not_a_hang():
     batcher = MicroBatcher(lambda items: [0], threading.Lock(), BatchSettings(window_ms=600_000, max_batch=4))
     answers = submit_all(batcher, [1, 2, 3, 4], threads=4)  # one full batch of 4, one result
     assert all("shorter" in a for a in answers)
+
+
+def test_a_leader_whose_wait_fails_still_runs_its_batch_and_hands_on_leadership(monkeypatch):
+    run = Doubler()
+    batcher = MicroBatcher(run, threading.Lock(), BatchSettings(window_ms=50, max_batch=8))
+    real_wait = batcher._changed.wait
+    calls = []
+
+    def failing_once(timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:
+            raise OverflowError("timeout value is too large")
+        return real_wait(timeout)
+
+    monkeypatch.setattr(batcher._changed, "wait", failing_once)
+    with pytest.raises(OverflowError):
+        batcher.submit(1)
+    assert run.batches == [[1]] and not batcher._has_leader  # its batch ran; no leader is left behind
+    assert submit_all(batcher, [2, 3], threads=2) == [4, 6]  # and the next requests do not hang
