@@ -10,7 +10,8 @@ $(STAMP): pyproject.toml
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 	python3.11 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev]'
+	$(PY) -m pip install -e '.[dev,openvino]'
+	$(PY) -m pip install --no-deps 'optimum-intel==2.2.*'  # without its torchvision (pyproject.toml says why)
 	touch $(STAMP)
 
 demo: $(STAMP)  ## the main job: indexes, eval report, then the service on 127.0.0.1:8000

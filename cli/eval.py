@@ -14,12 +14,14 @@ from cone.cli.options import (
     add_data_dir_option,
     add_dataset_option,
     add_progress_option,
+    add_runtime_list_options,
     comma_list,
     factory_list,
     layer_list,
+    runtimes,
 )
 from cone.data.loaders import data_dir
-from cone.encoders.base import Layer
+from cone.encoders.base import TORCH, Layer, Runtime
 from cone.encoders.registry import MODEL_NAMES
 from cone.eval import report
 from cone.eval.figures import FIGURES
@@ -89,6 +91,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "apart and as their mean (default STS-B test under the data dir)",
     )
     p.add_argument("--no-sts", action="store_true", help="skip STS (when no STS file is available)")
+    add_runtime_list_options(p)
     p.add_argument("--json", action="store_true", help="print report.json to stdout")
     add_progress_option(p)
     p.set_defaults(handler=run_eval_command)
@@ -118,6 +121,8 @@ def evaluate_and_report(
     factories: tuple[str, ...] = ("Flat",),
     search_params: str = "",
     command: str | None = None,
+    runtime_list: tuple[Runtime, ...] = (TORCH,),
+    data_root: Path | None = None,
 ) -> tuple[dict, report.ReportFiles, list[EvalResult]]:
     """The eval and its report files; what `cone eval` and `cone demo` share. ``command``: what the report
     says produced it (default this process's command line)."""
@@ -132,6 +137,8 @@ def evaluate_and_report(
         layers,
         factories,
         search_params,
+        runtime_list,
+        data_root,
     )
     comparisons = compare(results, {name: pairs.scores for name, pairs in data.sts.items()})
     command = command or "cone " + shlex.join(sys.argv[1:])
@@ -148,6 +155,7 @@ def summary(results: list[EvalResult], files: report.ReportFiles) -> str:
 
 def run_eval_command(args: argparse.Namespace) -> int:
     root = data_dir(args.data_dir)
+    chosen_runtimes = runtimes(args.backend, args.quantize)
     data = load_eval_data(root, args.dataset, quick=args.quick, with_sts=not args.no_sts, sts_files=args.sts)
     payload, files, results = evaluate_and_report(
         data,
@@ -160,6 +168,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
         args.layers,
         tuple(args.index_factory),
         args.search_params,
+        runtime_list=chosen_runtimes,
+        data_root=root,
     )
     print(dump_json(payload) if args.json else summary(results, files))
     return 0

@@ -11,9 +11,11 @@ from cone.cli.options import (
     add_data_dir_option,
     add_dataset_option,
     add_progress_option,
+    add_runtime_options,
     layer,
 )
 from cone.data.loaders import data_dir, load_beir
+from cone.encoders.base import Runtime
 from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
@@ -47,6 +49,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="FAISS search-time parameters kept in the manifest, e.g. nprobe=32 (IVF) or efSearch=128 (HNSW)",
     )
     p.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
+    add_runtime_options(p)
     add_checkpoints_option(p)
     add_progress_option(p)
     p.set_defaults(handler=run_index)
@@ -54,18 +57,20 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_index(args: argparse.Namespace) -> int:
     postprocess = pp.parse(args.postprocess)
+    runtime = Runtime(args.backend, args.quantize)
     check_model_name(args.model)
-    if args.model == "bm25" and postprocess != "none":
-        raise InputError("--postprocess applies to dense models, not bm25")
-    dataset = load_beir(data_dir(args.data_dir), args.dataset)
+    if args.model == "bm25" and (postprocess != "none" or runtime.tag != "torch"):
+        raise InputError("--postprocess, --backend and --quantize apply to dense models, not bm25")
+    root = data_dir(args.data_dir)
+    dataset = load_beir(root, args.dataset)
     progress = not args.no_progress
     if args.model == "bm25":
         out = build_bm25(dataset, args.out / "bm25", progress)
     else:
         out = build_dense(
-            load_encoder(args.model, args.checkpoints, args.layer),
+            load_encoder(args.model, args.checkpoints, args.layer, runtime, root),
             dataset,
-            args.out / store.index_name(args.model, postprocess, args.layer),
+            args.out / store.index_name(args.model, postprocess, args.layer, runtime=runtime),
             postprocess,
             args.index_factory,
             progress,

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 from cone.data.loaders import DATA_DIR_ENV
+from cone.encoders.base import BACKENDS, QUANTIZATIONS, SUPPORTED, Runtime
+from cone.errors import InputError
 from cone.models.checkpoint import CHECKPOINTS_ENV
 
 
@@ -107,3 +109,54 @@ def non_negative_float(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
+
+
+RUNTIME_HELP = (
+    "torch (the reference) | openvino | onnx, exported once from the local weights into a cache "
+    "($CONE_EXPORT_DIR, default ~/.cache/cone/exports) by sentence-transformers' backends; for roberta, minilm, "
+    "st:PATH (the LMs run on torch)"
+)
+QUANTIZE_HELP = (
+    "none (fp32) | bf16 (openvino, CPUs with native bf16) | int8 (openvino: static, calibrated on 300 lmtext "
+    "sentences; onnx: dynamic)"
+)
+
+
+def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    """One runtime: what encodes the corpus here, recorded in the index, and what must encode its queries."""
+    parser.add_argument("--backend", choices=BACKENDS, default="torch", help=f"{RUNTIME_HELP}; default torch")
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help=f"{QUANTIZE_HELP}; default none")
+
+
+def add_runtime_list_options(parser: argparse.ArgumentParser) -> None:
+    """Several runtimes, each a row: every backend with every quantization of the list it offers."""
+    parser.add_argument(
+        "--backend", type=choice_list(BACKENDS), default=["torch"], help=f"comma list: {RUNTIME_HELP}; default torch"
+    )
+    parser.add_argument(
+        "--quantize",
+        type=choice_list(QUANTIZATIONS),
+        default=["none"],
+        help=f"comma list: {QUANTIZE_HELP}; each backend runs with each it offers. Default none",
+    )
+
+
+def runtimes(backends: list[str], quantizations: list[str]) -> tuple[Runtime, ...]:
+    """Every (backend, quantization) pair the backend offers; an InputError if there is none."""
+    found = tuple(Runtime(b, q) for b in backends for q in quantizations if q in SUPPORTED[b])
+    if not found:
+        raise InputError(f"no backend of {', '.join(backends)} offers --quantize {', '.join(quantizations)}")
+    return found
+
+
+def choice_list(choices: tuple[str, ...]):
+    """An argparse type: a comma list whose items are all among ``choices``."""
+
+    def parse(text: str) -> list[str]:
+        items = list(dict.fromkeys(comma_list(text)))
+        bad = [item for item in items if item not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(choices)}")
+        return items
+
+    return parse

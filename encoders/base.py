@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -14,12 +15,46 @@ from cone.errors import InputError
 # hidden state (1 = after the first block, ...).
 Layer = str | int
 
+BACKENDS = ("torch", "onnx", "openvino")
+QUANTIZATIONS = ("none", "bf16", "int8")
+# What each backend does here. torch: the reference, fp32 only. onnx: dynamic int8 (no calibration), through
+# sentence-transformers' export helper. openvino: bf16 inference (CPUs with native bf16) and static int8
+# calibrated on sentences (sentence-transformers' helper over optimum-intel / NNCF).
+SUPPORTED = {"torch": ("none",), "onnx": ("none", "int8"), "openvino": ("none", "bf16", "int8")}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How an encoder's forward pass runs. Part of its fingerprint and of an index's manifest, so that queries
+    are encoded exactly as the corpus was."""
+
+    backend: str = "torch"
+    quantize: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise InputError(f"unknown backend {self.backend!r}; choose from {', '.join(BACKENDS)}")
+        if self.quantize not in QUANTIZATIONS:
+            raise InputError(f"unknown quantization {self.quantize!r}; choose from {', '.join(QUANTIZATIONS)}")
+        if self.quantize not in SUPPORTED[self.backend]:
+            offered = ", ".join(SUPPORTED[self.backend])
+            raise InputError(f"--quantize {self.quantize} is not available with --backend {self.backend} ({offered})")
+
+    @property
+    def tag(self) -> str:
+        """torch, openvino, openvino-int8, ...: in index names, labels and messages."""
+        return self.backend if self.quantize == "none" else f"{self.backend}-{self.quantize}"
+
+
+TORCH = Runtime()
+
 
 class Encoder(Protocol):
     name: str
     dim: int
     layer: Layer
     fingerprint: str  # hash of the weights (and the layer): an index built by other weights is refused
+    runtime: Runtime  # what runs the forward pass (the LMs: always torch)
 
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray: ...
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from cone.encoders.base import Layer, check_layer, files_fingerprint, layer_fingerprint
+from cone.encoders.base import TORCH, Layer, check_layer, files_fingerprint, layer_fingerprint
 from cone.models.checkpoint import WEIGHTS, load_checkpoint
 
 
@@ -20,6 +20,7 @@ class LMEncoder:
     def __init__(self, name: str, path: Path, layer: Layer = "last") -> None:
         self.model, self.tokenizer, _ = load_checkpoint(path)
         self.name = name
+        self.runtime = TORCH  # the project's own LMs run on torch only
         self.weights = files_fingerprint([Path(path) / WEIGHTS])
         self.dim = self.model.cfg.n_embd
         self.max_len = self.model.cfg.block_size

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cone.encoders.base import Layer, LayeredEncoder
+from cone.encoders.base import TORCH, Layer, LayeredEncoder, Runtime
 from cone.errors import InputError, ModelUnavailable
 from cone.models.checkpoint import LM_MODELS, checkpoints_dir
 
@@ -42,19 +42,29 @@ def missing(spec: str, checkpoints: Path | None = None) -> ModelUnavailable | No
     return None
 
 
-def load_encoder(spec: str, checkpoints: Path | None = None, layer: Layer = "last") -> LayeredEncoder:
-    """baseline | regularized | roberta | minilm | st:PATH, pooled from ``layer``. Raises ModelUnavailable,
-    never substitutes.
+def load_encoder(
+    spec: str,
+    checkpoints: Path | None = None,
+    layer: Layer = "last",
+    runtime: Runtime = TORCH,
+    data_root: Path | None = None,
+) -> LayeredEncoder:
+    """baseline | regularized | roberta | minilm | st:PATH, pooled from ``layer``, its forward pass run by
+    ``runtime``. Raises ModelUnavailable, never substitutes.
 
     ``checkpoints``: the folder of the LMs (default ``checkpoints_dir()``: $CONE_CHECKPOINTS or the shipped ones).
+    ``data_root``: the data dir whose LM text calibrates a first int8 export (default ``data_dir()``).
     """
-    return _load(spec, checkpoints).at_layer(layer)
+    return _load(spec, checkpoints, runtime, data_root).at_layer(layer)
 
 
-def _load(spec: str, checkpoints: Path | None) -> LayeredEncoder:
+def _load(spec: str, checkpoints: Path | None, runtime: Runtime, data_root: Path | None) -> LayeredEncoder:
     check_model_name(spec)
     if spec in LM_MODELS:
         from cone.encoders.lm import LMEncoder
+
+        if runtime != TORCH:
+            raise InputError(f"{spec} runs on torch only (--backend {runtime.backend}: roberta, minilm, st:PATH)")
 
         if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
             raise absent
@@ -64,7 +74,7 @@ def _load(spec: str, checkpoints: Path | None) -> LayeredEncoder:
     from cone.encoders import st
 
     if spec == "roberta":
-        return st.roberta()
+        return st.roberta(runtime=runtime, calibration_root=data_root)
     if spec == "minilm":
-        return st.minilm()
-    return st.sentence_transformer_dir(spec, Path(spec[3:]))
+        return st.minilm(runtime, data_root)
+    return st.sentence_transformer_dir(spec, Path(spec[3:]), runtime, data_root)

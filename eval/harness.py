@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
-from cone.encoders.base import Encoder, Layer, LayeredEncoder
+from cone.encoders.base import TORCH, Encoder, Layer, LayeredEncoder, Runtime
 from cone.encoders.registry import check_model_name, load_encoder
 from cone.errors import DamagedIndex, InputError, ModelUnavailable
 from cone.eval import metrics
@@ -113,13 +113,17 @@ def _open_or_build_dense(
 ) -> VectorIndex:
     """``corpus`` gives ``spec``'s correction, computed on the first build that needs it and shared by the
     spec's factories."""
-    layer = encoder.layer
-    folder = indexes / store.index_name(model, spec, layer, factory)
+    layer, runtime = encoder.layer, encoder.runtime
+    folder = indexes / store.index_name(model, spec, layer, factory, runtime)
     params = "" if factory == DEFAULT_FACTORY else options.search_params
     return _open_or_build(
         folder,
         lambda: open_index(
-            folder, model=model, corpus_fingerprint=data.dataset.fingerprint(), encoders={(model, layer): encoder}
+            folder,
+            model=model,
+            corpus_fingerprint=data.dataset.fingerprint(),
+            encoders={(model, layer, runtime): encoder},
+            runtime=runtime,
         ),
         lambda: build_dense(encoder, data.dataset, folder, corpus(), factory, options.progress, params),
     )
@@ -316,29 +320,50 @@ def run_eval(
     layers: list[Layer] | str = ("last",),
     factories: tuple[str, ...] = (DEFAULT_FACTORY,),
     search_params: str = "",
+    runtimes: tuple[Runtime, ...] = (TORCH,),
+    data_root: Path | None = None,
 ) -> list[EvalResult]:
-    """One result per (model, layer, post-processing, factory); an unavailable model's results carry its reason.
+    """One result per (model, runtime, layer, post-processing, factory); an unavailable model's results carry
+    its reason.
 
     ``layers``: which space of each dense model ("last": its own output; "emb"; a block number), or ``"all"``
-    (emb and every block of each model)."""
+    (emb and every block of each model). ``runtimes``: what runs each dense model's forward pass (torch,
+    OpenVINO, ...; the LMs run on torch only, and say so in their rows); ``data_root``: the data dir whose LM
+    text calibrates a first int8 export."""
     for model in models:
         check_model_name(model)
     specs = [pp.parse(s) for s in postprocesses]
     options = SweepOptions(tuple(dict.fromkeys(factories)), search_params, progress)
     results: list[EvalResult] = []
     for model in models:
-        if model == "bm25":
-            found = [evaluate_bm25(data, indexes, progress)]
-        else:
-            try:
-                encoder = load_encoder(model, checkpoints)
-            except ModelUnavailable as exc:
-                found = [EvalResult(model, spec, None, reason=exc.explanation) for spec in specs]
-            else:
-                chosen = encoder.all_layers() if layers == ALL_LAYERS else list(dict.fromkeys(layers))
-                found = evaluate_layers(encoder, model, chosen, specs, data, indexes, options)
-        for result in found:
-            if on_result is not None:
-                on_result(result)
-        results.extend(found)
+        for runtime in (TORCH,) if model == "bm25" else dict.fromkeys(runtimes):
+            found = _evaluate_model(model, runtime, specs, data, indexes, checkpoints, layers, options, data_root)
+            for result in found:
+                result.runtime = runtime.tag
+                if on_result is not None:
+                    on_result(result)
+            results.extend(found)
     return results
+
+
+def _evaluate_model(
+    model: str,
+    runtime: Runtime,
+    specs: list[str],
+    data: EvalData,
+    indexes: Path,
+    checkpoints: Path | None,
+    layers: list[Layer] | str,
+    options: SweepOptions,
+    data_root: Path | None,
+) -> list[EvalResult]:
+    if model == "bm25":
+        return [evaluate_bm25(data, indexes, options.progress)]
+    try:
+        encoder = load_encoder(model, checkpoints, runtime=runtime, data_root=data_root)
+    except ModelUnavailable as exc:
+        return [EvalResult(model, spec, None, reason=exc.explanation) for spec in specs]
+    except InputError as exc:  # e.g. an LM asked to run on OpenVINO
+        return [EvalResult(model, spec, None, reason=str(exc)) for spec in specs]
+    chosen = encoder.all_layers() if layers == ALL_LAYERS else list(dict.fromkeys(layers))
+    return evaluate_layers(encoder, model, chosen, specs, data, indexes, options)

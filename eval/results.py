@@ -57,6 +57,7 @@ class EvalResult:
     metrics: dict[str, float | int | None] = field(default_factory=dict)
     samples: Samples | None = field(default=None, repr=False)
     factory: str = "Flat"  # the FAISS index type searched
+    runtime: str = "torch"  # what ran the encoder (Runtime.tag: torch, openvino-int8, ...)
 
     @property
     def synthetic(self) -> bool:
@@ -69,8 +70,9 @@ class EvalResult:
 
     @property
     def label(self) -> str:
-        """model[layer]+postprocess, as the report's tables and figures name a result."""
-        name = self.model if self.layer == "last" else f"{self.model}[{self.layer}]"
+        """model[@runtime][layer]+postprocess, as the report's tables and figures name a result."""
+        name = self.model if self.runtime == "torch" else f"{self.model}@{self.runtime}"
+        name = name if self.layer == "last" else f"{name}[{self.layer}]"
         name = name if self.postprocess == "none" else f"{name}+{self.postprocess}"
         name = name if self.factory == "Flat" else f"{name} [{self.factory}]"
         return f"{name} (synthetic)" if self.synthetic else name
@@ -82,6 +84,7 @@ class EvalResult:
             "layer": self.layer,
             "postprocess": self.postprocess,
             "factory": self.factory,
+            "runtime": self.runtime,
             "synthetic": self.synthetic,
             "index": self.index,
             "available": self.available,

@@ -38,8 +38,8 @@ class StsDelta:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Row ``b`` against row ``a`` (its reference: the same model's plain row, the layer below, or the
-    baseline LM)."""
+    """Row ``b`` against row ``a`` (its reference: the same model's plain row, the layer below, the baseline
+    LM, or the same row run by torch)."""
 
     a: str
     b: str
@@ -64,25 +64,29 @@ class Comparison:
         }
 
 
-def _plain(rows: list[EvalResult]) -> dict[tuple[str, Layer], EvalResult]:
-    """Each (model, layer)'s plain row: no post-processing, the exact Flat index."""
-    return {(r.model, r.layer): r for r in reversed(rows) if r.postprocess == "none" and r.factory == "Flat"}
+def _plain(rows: list[EvalResult]) -> dict[tuple[str, str, Layer], EvalResult]:
+    """Each (model, runtime, layer)'s plain row: no post-processing, the exact Flat index."""
+    return {(r.model, r.runtime, r.layer): r for r in reversed(rows) if r.postprocess == "none" and r.factory == "Flat"}
 
 
 def pairs(results: list[EvalResult]) -> list[tuple[EvalResult, EvalResult]]:
-    """What the report compares: each row with its model's plain row (same layer, no post-processing, Flat);
-    each layer's plain row with the model's next shallower one; and the regularized LM with the baseline on
-    the same layer, post-processing and factory."""
+    """What the report compares: each row with its model's plain row (same runtime and layer, no
+    post-processing, Flat); each layer's plain row with the model's next shallower one; the regularized LM with
+    the baseline on the same layer, post-processing and factory; and a row run by ONNX / OpenVINO with the same
+    row run by torch (the quality cost of the faster runtime)."""
     rows = [r for r in results if r.available and r.samples is not None]
     plain = _plain(rows)
-    found = [(plain[(r.model, r.layer)], r) for r in rows if plain.get((r.model, r.layer)) not in (None, r)]
-    for model in dict.fromkeys(r.model for r in rows):
-        depth = sorted((r for (m, _), r in plain.items() if m == model), key=lambda r: layer_order(r.layer))
-        found += list(itertools.pairwise(depth))
-    key = {(r.model, r.layer, r.postprocess, r.factory): r for r in rows}
+    own = [(plain.get((r.model, r.runtime, r.layer)), r) for r in rows]
+    found = [(a, b) for a, b in own if a not in (None, b)]
+    for model, runtime in dict.fromkeys((r.model, r.runtime) for r in rows):
+        depth = [r for (m, rt, _), r in plain.items() if (m, rt) == (model, runtime)]
+        found += list(itertools.pairwise(sorted(depth, key=lambda r: layer_order(r.layer))))
+    key = {(r.model, r.runtime, r.layer, r.postprocess, r.factory): r for r in rows}
     for r in rows:
-        if r.model == "baseline" and (other := key.get(("regularized", r.layer, r.postprocess, r.factory))):
+        if r.model == "baseline" and (other := key.get(("regularized", r.runtime, r.layer, r.postprocess, r.factory))):
             found.append((r, other))
+        if r.runtime != "torch" and (reference := key.get((r.model, "torch", r.layer, r.postprocess, r.factory))):
+            found.append((reference, r))
     return found
 
 

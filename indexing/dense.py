@@ -189,6 +189,8 @@ def build_dense(
         geometry_raw=corpus.geometry_raw,
         geometry=corpus.geometry,
         random_pair_cosines=corpus.random_pair_cosines,
+        backend=encoder.runtime.backend,
+        quantize=encoder.runtime.quantize,
     )
     with store.atomic_folder(out) as tmp:
         faiss.write_index(index, str(tmp / INDEX_FILE))
@@ -235,6 +237,12 @@ class DenseIndex:
     def _check_encoder(self, encoder: Encoder) -> None:
         if self.manifest.kind != "dense":
             raise DamagedIndex(f"{self.folder}: a {self.manifest.kind} index, not a dense one")
+        built, asked = self.manifest.runtime, encoder.runtime
+        if built != asked:
+            raise DamagedIndex(
+                f"{self.folder}: corpus encoded by {built.tag}, queries would be by {asked.tag}; the index refuses "
+                f"them (use --backend {built.backend} --quantize {built.quantize}, or rebuild)"
+            )
         if self.manifest.encoder_fingerprint != encoder.fingerprint:
             raise DamagedIndex(f"{self.folder}: index was built with other weights of {encoder.name!r}; rebuild it")
         if self.manifest.dim != encoder.dim:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cone.encoders.base import Encoder
+from cone.encoders.base import Encoder, Runtime
 from cone.encoders.registry import load_encoder
 from cone.indexing import store
 from cone.indexing.dense import DenseIndex
@@ -17,20 +17,23 @@ def open_index(
     checkpoints: Path | None = None,
     model: str | None = None,
     corpus_fingerprint: str | None = None,
-    encoders: dict[tuple[str, str | int], Encoder] | None = None,
+    encoders: dict[tuple[str, str | int, Runtime], Encoder] | None = None,
     manifest: store.Manifest | None = None,
+    runtime: Runtime | None = None,
 ) -> Index:
     """Validate and load; raises DamagedIndex (bad or stale files) or ModelUnavailable (no weights).
 
-    ``encoders`` (model, layer) -> encoder lets indexes of one model share one loaded encoder; ``manifest``
-    is the folder's, when the caller has read it already.
+    ``encoders`` (model, layer, runtime) -> encoder lets indexes of one model share one loaded encoder;
+    ``manifest`` is the folder's, when the caller has read it already. Queries are encoded by the runtime the
+    manifest names (torch, OpenVINO, ...), as the corpus was; ``runtime``, if given, is the one the caller
+    expects, and an index built by another is refused.
     """
     manifest = manifest or store.read_manifest(folder)
-    manifest.check_expected(Path(folder), model, corpus_fingerprint)  # before loading weights for nothing
+    manifest.check_expected(Path(folder), model, corpus_fingerprint, runtime)  # before loading weights for nothing
     if manifest.kind == "bm25":
         return BM25Index(folder, manifest)
-    key = (manifest.model, manifest.layer)
+    key = (manifest.model, manifest.layer, manifest.runtime)
     encoders = {} if encoders is None else encoders
     if key not in encoders:
-        encoders[key] = load_encoder(key[0], checkpoints, key[1])
+        encoders[key] = load_encoder(manifest.model, checkpoints, manifest.layer, manifest.runtime)
     return DenseIndex(folder, encoders[key], manifest)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cone import __version__
 from cone.data.loaders import Corpus
+from cone.encoders.base import TORCH, Runtime
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import postprocess
 from cone.jsontypes import is_number, of_type, type_names
@@ -32,9 +33,13 @@ PAIR_STATS = ("mean", "std", "p1", "p50", "p99")  # of random_pair_cosines, besi
 FORMAT = 1  # of manifest.json; a manifest of another format is refused, not guessed at
 
 
-def index_name(model: str, postprocess: str, layer: str | int = "last", factory: str = "Flat") -> str:
-    """Folder name of an index: model[-layerL][-postprocess][-factory], safe for a filesystem."""
+def index_name(
+    model: str, postprocess: str, layer: str | int = "last", factory: str = "Flat", runtime: Runtime = TORCH
+) -> str:
+    """Folder name of an index: model[-runtime][-layerL][-postprocess][-factory], safe for a filesystem."""
     parts = [model.replace(":", "_").replace("/", "_")]
+    if runtime != TORCH:
+        parts.append(runtime.tag)
     if layer != "last":
         parts.append(f"layer{layer}")
     if postprocess != "none":
@@ -70,6 +75,8 @@ class Manifest:
     geometry_raw: dict | None = None  # the instruments on the encoder's raw corpus vectors
     geometry: dict | None = None  # ... and on the indexed (corrected) vectors
     random_pair_cosines: dict | None = None  # spread and histogram of random document pairs' cosines
+    backend: str = "torch"  # what ran the encoder's forward pass (cone.encoders.base.Runtime) ...
+    quantize: str = "none"  # ... and at which precision: queries must be encoded the same way
     cone_version: str = __version__
     created: str = field(default_factory=now)
     format: int = FORMAT
@@ -96,19 +103,29 @@ class Manifest:
             _check_pair_cosines(data["random_pair_cosines"], source)
             try:
                 postprocess.parse(data["postprocess"])
+                Runtime(data.get("backend", "torch"), data.get("quantize", "none"))
             except InputError as exc:
-                raise DamagedIndex(f"{source}: manifest's 'postprocess': {exc}") from None
+                raise DamagedIndex(f"{source}: manifest: {exc}") from None
         else:
             extra = [k for k in VECTORS_ONLY if data.get(k) is not None]
+            extra += [k for k, plain in (("backend", "torch"), ("quantize", "none")) if data.get(k, plain) != plain]
             if extra or data.get("postprocess", "none") != "none" or data.get("layer", "last") != "last":
                 raise DamagedIndex(f"{source}: a bm25 manifest with {(extra or ['a postprocess'])[0]!r} (vectors only)")
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
-    def check_expected(self, folder: Path, model: str | None, corpus_fingerprint: str | None) -> None:
-        """Refuse an index built for another model or on another corpus than the caller's."""
+    @property
+    def runtime(self) -> Runtime:
+        return Runtime(self.backend, self.quantize)
+
+    def check_expected(
+        self, folder: Path, model: str | None, corpus_fingerprint: str | None, runtime: Runtime | None = None
+    ) -> None:
+        """Refuse an index built for another model, on another corpus or by another runtime than the caller's."""
         if model is not None and self.model != model:
             raise DamagedIndex(f"{folder}: index was built for model {self.model!r}, not {model!r}")
+        if runtime is not None and self.runtime != runtime:
+            raise DamagedIndex(f"{folder}: corpus encoded by {self.runtime.tag}, not {runtime.tag}")
         if corpus_fingerprint is not None and self.corpus_fingerprint != corpus_fingerprint:
             raise DamagedIndex(f"{folder}: index was built on another corpus (fingerprint {self.corpus_fingerprint})")
 
@@ -131,6 +148,8 @@ MANIFEST_KEYS: dict[str, tuple[type, ...]] = {
     "geometry_raw": (dict, type(None)),
     "geometry": (dict, type(None)),
     "random_pair_cosines": (dict, type(None)),
+    "backend": (str,),
+    "quantize": (str,),
     "cone_version": (str,),
     "created": (str,),
     "format": (int,),

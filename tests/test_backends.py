@@ -1,0 +1,142 @@
+"""Encoder runtimes: a sentence-transformers model exported once to OpenVINO (fp32, bf16, static int8) by
+sentence-transformers' own helpers, recorded in the index, and queries refused when another runtime would
+encode them. The exports here are of a tiny random RoBERTa, so they take seconds."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from cone.cli.main import main
+from cone.data.loaders import load_beir
+from cone.encoders.base import TORCH, Runtime
+from cone.encoders.registry import load_encoder
+from cone.errors import DamagedIndex, InputError, ModelUnavailable
+from cone.eval.harness import load_eval_data, run_eval
+from cone.eval.significance import pairs
+from cone.indexing import store
+from cone.indexing.dense import DenseIndex, build_dense
+from cone.indexing.open import open_index
+
+pytest.importorskip("optimum.intel", reason="the OpenVINO backend is not installed (make install installs it)")
+
+OPENVINO = Runtime("openvino")
+OPENVINO_INT8 = Runtime("openvino", "int8")
+SENTENCES = ["the cell shows increased expression", "a dog runs in the park", "stock market fell sharply"]
+
+
+@pytest.fixture(autouse=True)
+def _export_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("CONE_EXPORT_DIR", str(tmp_path_factory.getbasetemp() / "exports"))
+
+
+@pytest.fixture()
+def calibrated_data(tiny_beir):
+    """The tiny dataset plus LM text under lmtext/, which static int8 calibrates on."""
+    (tiny_beir / "lmtext").mkdir()
+    lines = [" ".join(json.loads(line)["text"].split()[:12]) for line in (tiny_beir / "tiny" / "corpus.jsonl").open()]
+    (tiny_beir / "lmtext" / "text.txt").write_text("\n".join(lines * 3) + "\n")
+    return tiny_beir
+
+
+def test_runtime_combinations_are_checked_in_one_line():
+    assert Runtime().tag == "torch" and OPENVINO.tag == "openvino" and OPENVINO_INT8.tag == "openvino-int8"
+    with pytest.raises(InputError, match="--quantize int8 is not available with --backend torch"):
+        Runtime("torch", "int8")
+    with pytest.raises(InputError, match="unknown backend"):
+        Runtime("tensorrt")
+
+
+def test_openvino_fp32_export_reproduces_torch_and_is_cached(tiny_roberta_dir, monkeypatch):
+    spec = f"st:{tiny_roberta_dir}"
+    reference = load_encoder(spec)
+    exported = load_encoder(spec, runtime=OPENVINO)
+    assert exported.runtime == OPENVINO and exported.fingerprint != reference.fingerprint
+    assert np.allclose(exported.encode(SENTENCES), reference.encode(SENTENCES), atol=1e-4)
+    monkeypatch.setattr("cone.encoders.export._export", lambda *a: pytest.fail("exported a second time"))
+    again = load_encoder(spec, runtime=OPENVINO)
+    assert again.fingerprint == exported.fingerprint  # same graph, same precision: same fingerprint
+
+
+def test_int8_is_calibrated_quantized_and_close_to_fp32(tiny_roberta_dir, calibrated_data):
+    spec = f"st:{tiny_roberta_dir}"
+    fp32 = load_encoder(spec, runtime=OPENVINO).encode(SENTENCES)
+    encoder = load_encoder(spec, runtime=OPENVINO_INT8, data_root=calibrated_data)
+    int8 = encoder.encode(SENTENCES)
+    assert "openvino-int8" in encoder.fingerprint
+    cosines = (fp32 * int8).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(int8, axis=1)
+    assert not np.allclose(fp32, int8, atol=1e-6)  # it really runs another graph ...
+    assert cosines.min() > 0.9  # ... that still computes the same function
+
+
+def test_int8_without_calibration_text_is_one_clear_error(tiny_roberta_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("CONE_EXPORT_DIR", str(tmp_path / "exports"))  # nothing exported yet
+    with pytest.raises(InputError, match="int8 calibration needs sentences: no lmtext"):
+        load_encoder(f"st:{tiny_roberta_dir}", runtime=OPENVINO_INT8, data_root=tmp_path)
+
+
+def test_an_index_records_its_runtime_and_refuses_queries_from_another(tiny_roberta_dir, tiny_beir, tmp_path):
+    spec = f"st:{tiny_roberta_dir}"
+    dataset = load_beir(tiny_beir, "tiny")
+    encoder = load_encoder(spec, runtime=OPENVINO)
+    folder = build_dense(encoder, dataset, tmp_path / store.index_name(spec, "none", runtime=OPENVINO), progress=False)
+    assert folder.name.endswith("-openvino")
+    manifest = store.read_manifest(folder)
+    assert (manifest.backend, manifest.quantize) == ("openvino", "none")
+    with pytest.raises(DamagedIndex, match="corpus encoded by openvino, queries would be by torch"):
+        DenseIndex(folder, load_encoder(spec))
+    with pytest.raises(DamagedIndex, match="corpus encoded by openvino, not torch"):
+        open_index(folder, runtime=TORCH)
+    served = open_index(folder)  # what the service does: the manifest's runtime encodes the queries
+    assert served.encoder.runtime == OPENVINO
+    text = f"{dataset.corpus['d3']['title']} {dataset.corpus['d3']['text']}"
+    assert served.search([text], 1).hits(0)[0].doc_id == "d3"
+
+
+def test_cone_index_with_backend_and_quantize(tiny_roberta_dir, calibrated_data, tmp_path, capsys):
+    args = ["index", "--model", f"st:{tiny_roberta_dir}", "--dataset", "tiny", "--data-dir", str(calibrated_data)]
+    out = ["--out", str(tmp_path / "idx"), "--no-progress"]
+    assert main([*args, *out, "--backend", "openvino", "--quantize", "int8"]) == 0
+    folder = next((tmp_path / "idx").iterdir())
+    assert folder.name.endswith("-openvino-int8") and store.read_manifest(folder).quantize == "int8"
+    assert main([*args, *out, "--backend", "torch", "--quantize", "int8"]) == 2
+    assert "--quantize int8 is not available with --backend torch" in capsys.readouterr().err
+    assert main(["index", "--model", "bm25", "--dataset", "tiny", "--data-dir", str(calibrated_data), *out,
+                 "--backend", "openvino"]) == 2  # fmt: skip
+
+
+def test_eval_rows_per_runtime_compared_with_torch(tiny_roberta_dir, tiny_checkpoints, tiny_beir, tmp_path):
+    spec = f"st:{tiny_roberta_dir}"
+    data = load_eval_data(tiny_beir, "tiny")
+    results = run_eval(
+        [spec, "baseline"], ["none"], data, tmp_path / "idx", tiny_checkpoints, False, runtimes=(TORCH, OPENVINO)
+    )
+    labels = [r.label for r in results]
+    assert labels == [spec, f"{spec}@openvino", "baseline", "baseline@openvino"]
+    assert "runs on torch only" in results[3].reason
+    torch_row, openvino_row = results[0], results[1]
+    assert abs(torch_row.metrics["ndcg_at_10"] - openvino_row.metrics["ndcg_at_10"]) < 1e-3  # fp32: same ranking
+    assert (torch_row, openvino_row) in pairs(results)
+
+
+def test_bf16_needs_a_cpu_with_native_bf16(tiny_roberta_dir, monkeypatch):
+    monkeypatch.setattr("cone.encoders.export.bf16_is_fast", lambda: False)
+    with pytest.raises(InputError, match="native bf16"):
+        load_encoder(f"st:{tiny_roberta_dir}", runtime=Runtime("openvino", "bf16"))
+
+
+def test_the_language_models_run_on_torch_only(tiny_checkpoints):
+    with pytest.raises(InputError, match="runs on torch only"):
+        load_encoder("baseline", tiny_checkpoints, runtime=OPENVINO)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("optimum.onnxruntime") is not None, reason="ONNX Runtime backend installed"
+)
+def test_onnx_without_its_packages_is_unavailable_with_the_reason(tiny_roberta_dir):
+    with pytest.raises(ModelUnavailable) as found:
+        load_encoder(f"st:{tiny_roberta_dir}", runtime=Runtime("onnx", "int8"))
+    assert "not installed" in found.value.reason and "transformers<4.58" in found.value.fix
