@@ -60,7 +60,11 @@ def run_demo(args: argparse.Namespace) -> int:
         path = checkpoints_dir(args.checkpoints) / name
         print(f"\n== 2. The {name} language model's embedding table (cone geometry checkpoint {path}) ==")
         absent = missing(name, args.checkpoints)
-        print(f"not available: {absent.explanation}" if absent else render_checkpoint(checkpoint_report(path)))
+        print(
+            f"not available: {absent.explanation}"
+            if absent
+            else render_checkpoint(checkpoint_report(path, args.data_dir))
+        )
     out = args.out / args.dataset
     print(f"\n== 3. Indexes for every model and the eval report ({out}) ==", flush=True)
     data = load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick)

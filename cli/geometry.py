@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cone.cli.options import add_checkpoints_option
+from cone.cli.options import add_checkpoints_option, add_data_dir_option
 from cone.errors import InputError
 from cone.geometry import INSTRUMENTS, measure
 from cone.geometry.synthetic import synthetic_report
@@ -67,6 +67,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "path", type=Path, help="checkpoint folder written by `cone train`, or baseline / regularized (the references)"
     )
     add_checkpoints_option(checkpoint)
+    add_data_dir_option(checkpoint, "datasets folder whose training corpus' validation split feeds the heading test")
     checkpoint.add_argument("--json", action="store_true", help="print JSON instead of a table")
     checkpoint.set_defaults(handler=run_checkpoint)
 
@@ -123,10 +124,21 @@ def render_checkpoint(report: dict) -> str:
             f"unseen below random on {logit['unseen_below_random_prompts']}/{len(logit['prompts'])} prompts; "
             f"cos(mean unseen row, mean hidden state) = {logit['cos_unseen_mean_vs_hidden']:.4f}",
         ]
+    heading = report["heading"]
+    if heading.get("positions"):
+        vocabulary = report["n_seen"] + report["n_unseen"]
+        lines += [
+            f"\nheading test: cos(E[v], g) over the vocabulary at {heading['positions']} positions of "
+            f"{heading['text']}",
+            f"std over the vocabulary {heading['cos_std_over_vocab']:.4f}; target minus median token "
+            f"{heading['target_minus_median_cos']:+.4f}; target's rank by cosine: median "
+            f"{heading['target_rank_median']:.0f} of {vocabulary} (mean percentile "
+            f"{heading['target_rank_percentile_mean']:.3f})",
+        ]
     return "\n".join(lines)
 
 
 def run_checkpoint(args: argparse.Namespace) -> int:
-    report = checkpoint_report(resolve_checkpoint(args.path, args.checkpoints))
+    report = checkpoint_report(resolve_checkpoint(args.path, args.checkpoints), args.data_dir)
     print(dump_json(report) if args.json else render_checkpoint(report))
     return 0

@@ -1,4 +1,4 @@
-"""What the training did to the embedding table: instruments, unseen-token norms, the logit test."""
+"""What the training did to the embedding table: instruments, unseen-token norms, the logit and heading tests."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cone.data.loaders import data_dir
+from cone.errors import InputError
 from cone.geometry import measure
 from cone.models.checkpoint import load_checkpoint, load_token_counts
+from cone.models.corpus import default_corpus_files, read_documents, split
 
 # Prompts for the logit test, written for this project (not taken from any dataset).
 LOGIT_PROMPTS = [
@@ -62,8 +65,61 @@ def logit_test(model, tokenizer, unseen: np.ndarray, seed: int = 0) -> dict:
     }
 
 
-def checkpoint_report(path: Path) -> dict:
-    """Every instrument on the table, seen vs unseen norms, and the logit test."""
+HEADING_POSITIONS = 4096  # (hidden state, next token) pairs of held-out text, enough for stable medians
+
+
+def heading_spread(table: np.ndarray, hidden: np.ndarray, targets: np.ndarray) -> dict:
+    """Whether the heading term cos(E[v], g) points anywhere: for each hidden state g (rows of ``hidden``) the
+    cosines of every table row with g. In a cone every row has nearly the same cosine with every g, so the
+    term cannot tell the target from the rest: a small spread (std over the vocabulary), a small gap between the
+    target's cosine and the median token's, and the target ranked near the middle (rank 1 = highest cosine)."""
+    rows = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
+    heads = hidden / np.maximum(np.linalg.norm(hidden, axis=1, keepdims=True), 1e-12)
+    cos = heads.astype(np.float32) @ rows.T.astype(np.float32)  # (positions, vocabulary)
+    target_cos = cos[np.arange(len(targets)), targets]
+    ranks = 1 + (cos > target_cos[:, None]).sum(axis=1)
+    return {
+        "positions": int(len(targets)),
+        "cos_std_over_vocab": float(cos.std(axis=1).mean()),
+        "target_minus_median_cos": float((target_cos - np.median(cos, axis=1)).mean()),
+        "target_rank_median": float(np.median(ranks)),
+        "target_rank_percentile_mean": float((1 - (ranks - 1) / (table.shape[0] - 1)).mean()),
+    }
+
+
+@torch.no_grad()
+def heading_test(model, tokenizer, texts: list[str], limit: int = HEADING_POSITIONS) -> dict:
+    """``heading_spread`` on the model's real final hidden states over ``texts`` (held-out), each position's
+    target being the next token."""
+    hidden, targets = [], []
+    for text in texts:
+        ids = tokenizer.encode(text).ids[: model.cfg.block_size]
+        if len(ids) < 2:
+            continue
+        states = model(torch.tensor([ids]))[0, :-1]
+        hidden.append(states.float().numpy())
+        targets.extend(ids[1:])
+        if len(targets) >= limit:
+            break
+    if not targets:
+        return {"positions": 0}
+    table = model.wte.weight.detach().float().numpy()
+    return heading_spread(table, np.concatenate(hidden)[:limit], np.asarray(targets[:limit]))
+
+
+def held_out_texts(root: Path | None) -> tuple[list[str], str]:
+    """The training corpus's validation documents (never trained on) if the data is here; else the logit
+    test's prompts, written for this project. And which it was."""
+    try:
+        files = default_corpus_files(data_dir(root))
+        return split(read_documents(files))[1], f"validation split of {', '.join(f.name for f in files)}"
+    except InputError:
+        return LOGIT_PROMPTS, "the logit-test prompts (no training corpus found)"
+
+
+def checkpoint_report(path: Path, data_root: Path | None = None) -> dict:
+    """Every instrument on the table, seen vs unseen norms, the logit test and the heading test (on held-out
+    text under ``data_root``)."""
     model, tokenizer, payload = load_checkpoint(path)
     counts = load_token_counts(path).numpy()
     table = model.wte.weight.detach().float().numpy()
@@ -83,4 +139,6 @@ def checkpoint_report(path: Path) -> dict:
         "unseen_seen_norm_ratio": float(norms[unseen].mean() / norms[seen].mean()) if len(unseen) else None,
     }
     report["logit_test"] = logit_test(model, tokenizer, unseen) if len(unseen) else None
+    texts, source = held_out_texts(data_root)
+    report["heading"] = {"text": source, **heading_test(model, tokenizer, texts)}
     return report

@@ -172,3 +172,30 @@ def test_bf16_autocast_only_where_the_cpu_has_it(monkeypatch, tmp_path):
     assert TrainConfig().bf16 is True
     with pytest.raises(SystemExit):
         build_parser().parse_args(["train", "--out", str(tmp_path), "--fp32", "--bf16"])
+
+
+def test_the_heading_points_somewhere_in_an_isotropic_table_and_nowhere_in_a_cone():
+    from cone.models.analysis import heading_spread
+
+    rng = np.random.default_rng(0)
+    vocab, d, positions = 2000, 64, 300
+    isotropic = rng.standard_normal((vocab, d))
+    cone = 10.0 * np.ones(d) + 0.1 * isotropic  # every row nearly along one direction
+    targets = rng.integers(0, vocab, size=positions)
+    for table in (isotropic, cone):
+        hidden = table[targets] + 0.5 * rng.standard_normal((positions, d))  # g heads towards its target row
+        found = heading_spread(table, hidden, targets)
+        if table is isotropic:
+            spread_iso, gap_iso = found["cos_std_over_vocab"], found["target_minus_median_cos"]
+            assert found["target_rank_median"] == 1 and gap_iso > 0.5
+        else:
+            assert found["cos_std_over_vocab"] < spread_iso / 10  # every token has about the same cosine
+            assert found["target_minus_median_cos"] < gap_iso / 10
+    assert found["positions"] == positions
+
+
+def test_checkpoint_report_has_the_heading_test_on_held_out_text(tiny_checkpoints, tmp_path):
+    report = checkpoint_report(tiny_checkpoints / "baseline", tmp_path)  # no corpus there: the prompts
+    heading = report["heading"]
+    assert heading["positions"] > 20 and "prompts" in heading["text"]
+    assert 0 < heading["target_rank_percentile_mean"] <= 1 and heading["cos_std_over_vocab"] > 0

@@ -1,0 +1,122 @@
+"""Encoder runtimes, in one run: docs/s of every backend x quantization against sentence-transformers' own torch
+`encode` on the same SciFact documents (interleaved rounds, median), how far each one's vectors are from fp32
+torch, and the precision OpenVINO actually runs each matrix product in (which kernels int8 reaches on this CPU).
+
+The quality cost on the full SciFact and STS-B comes from the eval:
+    cone eval --models minilm --backend torch,openvino --quantize none,bf16,int8 --out docs/eval-backends
+
+Usage: python benchmarks/backend_bench.py [--model minilm] [--docs 500] [--rounds 3] [--data-dir DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from cone.data.loaders import data_dir, doc_text, load_beir
+from cone.encoders.base import BACKENDS, SUPPORTED, TORCH, Runtime
+from cone.encoders.registry import load_encoder
+from cone.errors import ConeError, ModelUnavailable
+
+REFERENCE = "sentence-transformers torch encode"
+ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def docs_per_s(encode, texts: list[str]) -> float:
+    start = time.perf_counter()
+    encode(texts)
+    return len(texts) / (time.perf_counter() - start)
+
+
+def matmul_precisions(encoder) -> dict[str, int]:
+    """How many of OpenVINO's compiled matrix products run in each precision (u8/i8 = int8 kernels)."""
+    compiled = getattr(encoder.model.transformers_model, "request", None)
+    if compiled is None or not hasattr(compiled, "get_runtime_model"):
+        return {}
+    found = Counter()
+    for op in compiled.get_runtime_model().get_ops():
+        info = op.get_rt_info()
+        if info["layerType"].astype(str) in ("FullyConnected", "MatMul"):
+            found[info["runtimePrecision"].astype(str)] += 1
+    return dict(found)
+
+
+def load_variants(model: str, root: Path) -> tuple[dict, dict[str, str]]:
+    """Every runtime cone offers, loaded (exported on first use); the unavailable ones with their reason."""
+    loaded, skipped = {}, {}
+    for backend in BACKENDS:
+        for quantize in SUPPORTED[backend]:
+            runtime = Runtime(backend, quantize)
+            try:
+                loaded[runtime.tag] = load_encoder(model, runtime=runtime, data_root=root)
+            except ModelUnavailable as exc:
+                skipped[runtime.tag] = exc.reason
+            except ConeError as exc:
+                skipped[runtime.tag] = str(exc)
+    return loaded, skipped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="minilm", help="minilm, roberta or st:PATH")
+    parser.add_argument("--docs", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    root = data_dir(args.data_dir)
+    ds = load_beir(root, "scifact")
+    texts = [doc_text(ds.corpus[d]) for d in sorted(ds.corpus)[: args.docs]]
+    variants, skipped = load_variants(args.model, root)
+    reference_model = variants[TORCH.tag].model  # the very SentenceTransformer inside cone's torch encoder
+    runs = {REFERENCE: lambda t: reference_model.encode(t, batch_size=args.batch_size, convert_to_numpy=True)}
+    runs |= {f"cone {tag}": (lambda t, e=e: e.encode(t, batch_size=args.batch_size)) for tag, e in variants.items()}
+    for encode in runs.values():
+        encode(texts[:16])  # warm-up: first-call compilation and allocation
+    speeds: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.rounds):  # interleaved, so the machine's noise hits every variant alike
+        for name, encode in runs.items():
+            speeds[name].append(docs_per_s(encode, texts))
+    fp32 = variants[TORCH.tag].encode(texts, batch_size=args.batch_size)
+    rows = []
+    base = float(np.median(speeds[REFERENCE]))
+    for name, values in speeds.items():
+        row = {"variant": name, "docs_per_s": float(np.median(values)), "ratio": float(np.median(values)) / base}
+        encoder = variants.get(name.removeprefix("cone "))
+        if encoder is not None:
+            vectors = encoder.encode(texts, batch_size=args.batch_size)
+            cos = (vectors * fp32).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(fp32, axis=1)
+            row |= {"min_cos_vs_fp32": float(cos.min()), "max_abs_diff": float(np.abs(vectors - fp32).max())}
+            row["matmul_precisions"] = matmul_precisions(encoder) if encoder.runtime.backend == "openvino" else {}
+        rows.append(row)
+    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").is_file() else set()
+    result = {
+        "model": args.model,
+        "docs": len(texts),
+        "rounds": args.rounds,
+        "cpu_flags": [f for f in ISA_FLAGS if f in flags],
+        "rows": rows,
+        "unavailable": skipped,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{args.model}: {len(texts)} SciFact documents, median of {args.rounds} interleaved rounds")
+    print(f"CPU: {', '.join(result['cpu_flags'])}")
+    for row in rows:
+        extra = ""
+        if "min_cos_vs_fp32" in row:
+            extra = f"  min cos vs fp32 {row['min_cos_vs_fp32']:.5f}  matmuls {row['matmul_precisions'] or '-'}"
+        print(f"  {row['variant']:36s} {row['docs_per_s']:7.1f} docs/s  {row['ratio']:5.2f}x{extra}")
+    for tag, reason in skipped.items():
+        print(f"  {'cone ' + tag:36s} unavailable: {reason}")
+
+
+if __name__ == "__main__":
+    main()
