@@ -6,9 +6,9 @@ from pathlib import Path
 
 from cone.encoders.base import TORCH, Layer, LayeredEncoder, Runtime
 from cone.errors import InputError, ModelUnavailable
-from cone.models.checkpoint import LM_MODELS, checkpoints_dir
+from cone.models.checkpoint import FINETUNED_MODELS, LM_MODELS, checkpoints_dir
 
-MODEL_NAMES = (*LM_MODELS, "roberta", "minilm", "bm25")
+MODEL_NAMES = (*LM_MODELS, *FINETUNED_MODELS, "roberta", "minilm", "bm25")
 
 
 def check_model_name(spec: str) -> None:
@@ -20,6 +20,8 @@ def _checkpoint_missing(spec: str, checkpoints: Path | None) -> ModelUnavailable
     path = checkpoints_dir(checkpoints) / spec
     if (path / "config.json").is_file():
         return None
+    if spec in FINETUNED_MODELS:
+        return ModelUnavailable(spec, f"no checkpoint at {path}", f"cone finetune --from {spec[:-3]} --out {path}")
     fix = f"cone train --out {path}" + (" --reg-cos 0" if spec == "baseline" else "")
     return ModelUnavailable(spec, f"no checkpoint at {path}", fix)
 
@@ -29,7 +31,7 @@ def missing(spec: str, checkpoints: Path | None = None) -> ModelUnavailable | No
 
     A model that passes may still fail to load (e.g. corrupt weights); ``load_encoder`` says so then.
     """
-    if spec in LM_MODELS:
+    if spec in LM_MODELS or spec in FINETUNED_MODELS:
         return _checkpoint_missing(spec, checkpoints)
     if spec == "roberta":
         from cone.encoders.st import roberta_missing
@@ -73,6 +75,10 @@ def _load(spec: str, checkpoints: Path | None, runtime: Runtime, data_root: Path
         raise InputError("bm25 is a lexical index, not an encoder")
     from cone.encoders import st
 
+    if spec in FINETUNED_MODELS:
+        if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
+            raise absent
+        return st.sentence_transformer_dir(spec, checkpoints_dir(checkpoints) / spec, runtime, data_root)
     if spec == "roberta":
         return st.roberta(runtime=runtime, calibration_root=data_root)
     if spec == "minilm":

@@ -12,6 +12,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Module, Transformer
 
 from cone.encoders.base import TORCH, Layer, Runtime, check_layer, files_fingerprint, layer_fingerprint
+from cone.encoders.gpt_module import is_gpt_sentence_model, load_sentence_model
 from cone.errors import InputError, ModelUnavailable
 
 # Nothing may be downloaded at run time: a missing model must fail fast, not hang or fetch. Passed to every
@@ -180,7 +181,12 @@ def sentence_transformer_dir(
             f"{path} is not a sentence-transformers model directory",
             "pass st:DIR with a directory saved by SentenceTransformer.save()",
         )
-    model = SentenceTransformer(str(path), device="cpu", **LOCAL_ONLY)
+    if is_gpt_sentence_model(path):  # a `cone finetune` output: the GPT module, no exported graph
+        if runtime != TORCH:
+            raise InputError(f"{name} runs on torch only (a fine-tuned cone LM has no exported graph)")
+        model = load_sentence_model(path)
+    else:
+        model = SentenceTransformer(str(path), device="cpu", **LOCAL_ONLY)
     return _run_by(name, model, files_fingerprint(_weight_files(path)), runtime, calibration_root)
 
 

@@ -23,6 +23,7 @@ from cone.models.tokenizer import load_tokenizer
 
 CHECKPOINTS_ENV = "CONE_CHECKPOINTS"
 LM_MODELS = ("baseline", "regularized")
+FINETUNED_MODELS = tuple(f"{name}-ft" for name in LM_MODELS)  # `cone finetune` of each, one seed, shipped too
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 TOKENIZER = "tokenizer.json"

@@ -93,13 +93,18 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def hidden_states(self, idx: torch.Tensor, key_padding: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """[input embeddings (token + position), after block 1, ..., final LayerNorm output]."""
+    def hidden_states(
+        self, idx: torch.Tensor, key_padding: torch.Tensor | None = None, dropout: float = 0.0
+    ) -> list[torch.Tensor]:
+        """[input embeddings (token + position), after block 1, ..., final LayerNorm output].
+
+        ``dropout`` (in training mode only) drops units of the input embeddings and of each block's output: the
+        noise SimCSE's two views of one sentence differ by. Pre-training uses none."""
         pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
+        x = F.dropout(self.wte(idx) + self.wpe(pos), dropout, self.training)
         states = [x]
         for block in self.blocks:
-            x = block(x, key_padding)
+            x = F.dropout(block(x, key_padding), dropout, self.training)
             states.append(x)
         states[-1] = self.ln_f(x)
         return states

@@ -1,0 +1,97 @@
+"""The project's GPT as a sentence-transformers input module: texts in, token embeddings (its final hidden
+states) out; sentence-transformers' ``Pooling`` and ``encode``, losses and trainer do the rest.
+
+Saved, the module's folder is a cone checkpoint (fp16 safetensors, config.json, tokenizer.json, token counts),
+so a fine-tuned encoder is also a checkpoint that ``cone geometry checkpoint`` reads; sentence-transformers adds
+its modules.json and the pooling folder beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules.input_module import InputModule
+from sentence_transformers.sentence_transformer.modules import Pooling
+from tokenizers import Tokenizer
+
+from cone.errors import ModelUnavailable
+from cone.models.checkpoint import CONFIG, load_checkpoint, load_token_counts, save_checkpoint
+from cone.models.gpt import GPT
+
+MODULE_TYPE = f"{__name__}.GPTTokenEmbeddings"  # how modules.json names the class
+
+
+class GPTTokenEmbeddings(InputModule):
+    """Padded token ids -> the GPT's final hidden states as ``token_embeddings``. ``tokens_seen`` counts the real
+    (unpadded) tokens of every training forward pass: the fine-tune's token accounting."""
+
+    save_in_root = True
+
+    def __init__(self, gpt: GPT, tokenizer: Tokenizer, token_counts: torch.Tensor, meta: dict) -> None:
+        super().__init__()
+        self.gpt, self.tokenizer, self.token_counts, self.meta = gpt, tokenizer, token_counts, meta
+        self.max_len = gpt.cfg.block_size
+        self.pad_id = gpt.cfg.pad_id
+        self.tokens_seen = 0
+        self.dropout = 0.0  # set by the fine-tune (SimCSE needs it); never saved: inference runs without
+
+    def get_embedding_dimension(self) -> int:
+        return self.gpt.cfg.n_embd
+
+    def preprocess(self, inputs, prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
+        texts = [prompt + text for text in inputs] if prompt else list(inputs)
+        encoded = [enc.ids[: self.max_len] or [self.pad_id] for enc in self.tokenizer.encode_batch(texts)]
+        width = max(len(ids) for ids in encoded)
+        ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, seq in enumerate(encoded):
+            ids[row, : len(seq)] = torch.tensor(seq)
+            mask[row, : len(seq)] = 1
+        return {"input_ids": ids, "attention_mask": mask}
+
+    def forward(self, features: dict, **kwargs) -> dict:
+        mask = features["attention_mask"]
+        if self.training:
+            self.tokens_seen += int(mask.sum())
+        states = self.gpt.hidden_states(features["input_ids"], mask.bool(), self.dropout)
+        features["token_embeddings"] = states[-1]
+        return features
+
+    def save(self, output_path: str, *args, **kwargs) -> None:
+        meta = {k: v for k, v in self.meta.items() if k != "model"}
+        save_checkpoint(Path(output_path), self.gpt, self.tokenizer, self.token_counts, meta)
+
+    @classmethod
+    def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs) -> GPTTokenEmbeddings:
+        folder = Path(model_name_or_path) / subfolder
+        gpt, tokenizer, meta = load_checkpoint(folder)
+        return cls(gpt, tokenizer, load_token_counts(folder), meta)
+
+
+def sentence_model(checkpoint: Path) -> SentenceTransformer:
+    """A cone checkpoint as a sentence-transformers model: GPT token embeddings + mean Pooling (the LM encoder's
+    pooling: the padding-masked mean of the final states)."""
+    module = GPTTokenEmbeddings.load(str(checkpoint))
+    pooling = Pooling(module.get_embedding_dimension(), pooling_mode="mean")
+    return SentenceTransformer(modules=[module, pooling], device="cpu")
+
+
+def is_gpt_sentence_model(path: Path) -> bool:
+    modules = Path(path) / "modules.json"
+    try:
+        return modules.is_file() and any(m.get("type") == MODULE_TYPE for m in json.loads(modules.read_text()))
+    except (ValueError, AttributeError, OSError):
+        return False
+
+
+def load_sentence_model(path: Path) -> SentenceTransformer:
+    """A saved fine-tuned GPT encoder. Its module class is handed to sentence-transformers by reference: it trusts
+    this one class of cone's, not whatever code a folder's config names (``trust_remote_code``)."""
+    if not (Path(path) / CONFIG).is_file():
+        raise ModelUnavailable(str(path), f"{path} has no {CONFIG}", "cone finetune --from CHECKPOINT --out DIR")
+    return SentenceTransformer._load_with_module_classes(
+        str(path), {MODULE_TYPE: GPTTokenEmbeddings}, device="cpu", local_files_only=True
+    )

@@ -1,0 +1,77 @@
+"""`cone finetune`: a tiny checkpoint fine-tuned on tiny train splits by sentence-transformers' trainer; the loss
+falls, the log measures the sentence space, and the output loads as an encoder everywhere a model name goes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cone.cli.main import main
+from cone.encoders.finetune import LOG, FinetuneConfig, training_pairs
+from cone.encoders.registry import load_encoder
+from cone.errors import InputError
+from cone.models.checkpoint import read_config
+
+pytest.importorskip("datasets", reason="cone[finetune] is not installed")
+pytest.importorskip("accelerate", reason="cone[finetune] is not installed")
+
+
+@pytest.fixture()
+def train_data(tiny_beir, tiny_corpus):
+    """The tiny dataset with what the fine-tune reads: SciFact-style train qrels, STS train/dev, LM text."""
+    scifact = tiny_beir / "scifact"
+    scifact.mkdir()
+    docs = [json.loads(line) for line in (tiny_beir / "tiny" / "corpus.jsonl").open()]
+    (scifact / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    queries = [{"_id": f"t{i}", "text": " ".join(d["text"].split()[3:9])} for i, d in enumerate(docs)]
+    (scifact / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (scifact / "qrels").mkdir()
+    (scifact / "qrels" / "train.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"t{i}\t{d['_id']}\t1\n" for i, d in enumerate(docs))
+    )
+    test = (tiny_beir / "stsb" / "test.csv").read_text()
+    for split in ("train", "dev"):
+        (tiny_beir / "stsb" / f"{split}.csv").write_text(test)
+    (tiny_beir / "lmtext").mkdir()
+    (tiny_beir / "lmtext" / "text.txt").write_text(tiny_corpus.read_text())
+    return tiny_beir
+
+
+def test_training_pairs_come_from_train_splits_only(train_data):
+    (train_data / "scifact" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nt0\td1\t1\n")
+    pairs = training_pairs(train_data, FinetuneConfig(simcse_sentences=50))
+    assert len(pairs["scifact"]["anchor"]) == 40  # the 40 train judgments; test's t0 -> d1 is not among them
+    assert all(p.startswith("doc ") for p in pairs["scifact"]["positive"])
+    assert pairs["simcse"]["anchor"] == pairs["simcse"]["positive"] and len(pairs["simcse"]["anchor"]) == 50
+    assert max(pairs["sts"]["score"]) == 1.0
+    with pytest.raises(InputError, match="unknown or no source"):
+        FinetuneConfig(sources=("msmarco",))
+
+
+def test_finetune_end_to_end_loss_falls_and_output_loads(train_data, tiny_checkpoints, tmp_path):
+    out = tmp_path / "ft"
+    args = ["finetune", "--from", str(tiny_checkpoints / "regularized"), "--out", str(out), "--data-dir",
+            str(train_data), "--mix", "scifact,simcse", "--max-steps", "40", "--eval-steps", "10", "--batch-size",
+            "8", "--lr", "3e-3", "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    log = [json.loads(line) for line in (out / LOG).read_text().splitlines()]
+    assert [r["step"] for r in log] == [10, 20, 30, 40]
+    assert log[-1]["train_loss"] < log[0]["train_loss"]  # the contrastive loss falls
+    assert all(0 < r["effective_rank"] <= r["d"] and -1 <= r["sts_dev_spearman"] <= 1 for r in log)
+    assert log[-1]["tokens"] > log[0]["tokens"] > 0
+    meta = read_config(out)["finetune"]
+    assert meta["steps"] == 40 and meta["tokens_seen"] == log[-1]["tokens"] and meta["sources"] == ["scifact", "simcse"]
+    encoder = load_encoder(f"st:{out}")
+    before = load_encoder("regularized", tiny_checkpoints)
+    sentences = ["the cell protein", "stock market news"]
+    assert encoder.encode(sentences).shape == (2, before.dim)
+    assert not np.allclose(encoder.encode(sentences), before.encode(sentences), atol=1e-4)  # it was trained
+    assert main(args) == 2  # never overwrites a model
+
+
+def test_finetuned_names_resolve_under_the_checkpoints_folder(train_data, tiny_checkpoints, tmp_path):
+    from cone.encoders.registry import missing
+
+    assert "cone finetune --from baseline" in missing("baseline-ft", tmp_path).fix
