@@ -36,8 +36,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--mix",
         type=comma_list,
         default=list(SOURCES),
-        help=f"comma list of training sources, each with its loss: {', '.join(SOURCES)} (default all; batches "
-        "drawn from each in proportion to its size)",
+        help=f"comma list of training sources, each with its loss: {', '.join(SOURCES)} (default all; the batches take "
+        "the sources in turn)",
     )
     p.add_argument("--max-steps", type=int, default=DEFAULTS["max_steps"], help="optimizer steps (default 600)")
     p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"], help="pairs per batch (default 32)")

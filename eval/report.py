@@ -74,7 +74,8 @@ SYNTHETIC_NOTE = (
     "applied identically to corpus and queries: a controlled cone, never a model of its own."
 )
 COMPARISONS_NOTE = (
-    "Each row against its model's plain row (and the regularized LM against the baseline). nDCG@10: paired "
+    "Each row against its model's plain row (and the regularized LM against the baseline; a row run by ONNX / "
+    "OpenVINO against the same row run by torch). nDCG@10: paired "
     "Fisher randomization test over the test queries (ranx), p adjusted by Benjamini-Hochberg over this table; "
     "STS: paired bootstrap 95% interval of Δρ. **yes** = significant at 0.05."
 )

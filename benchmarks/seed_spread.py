@@ -1,0 +1,83 @@
+"""Pre-training's own noise: the same budget trained with several seeds per λ, and whether the regularizer's
+effects (validation-loss cost, table anisotropy ratio, effective-rank gain) lie outside the seed-to-seed spread.
+
+The runs (3 seeds x λ in {0, 3}, 1M tokens each; `cone train --out DIR/lambdaL-seedS --reg-cos L --seed S
+--tokens 1000000`) are read from their checkpoint folders: the last line of each train_log.jsonl. A difference is
+called outside the spread when Welch's t-test over the seeds gives p < 0.05.
+
+Usage: python benchmarks/seed_spread.py RUNS_DIR [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import ttest_ind
+
+from cone.models.checkpoint import read_config, read_log
+
+RUN = re.compile(r"^lambda(?P<lam>[0-9.]+)-seed(?P<seed>\d+)$")
+METRICS = ("val_loss", "anisotropy", "effective_rank", "decorrelation")
+
+
+def final_rows(runs: Path) -> dict[float, list[dict]]:
+    """λ -> the last log line of each finished seed's run (one still training is left out)."""
+    found: dict[float, list[dict]] = {}
+    for folder in sorted(runs.iterdir()):
+        match = RUN.match(folder.name)
+        if not (match and folder.is_dir() and (log := read_log(folder))):
+            continue
+        if log[-1]["tokens"] >= read_config(folder)["train"]["tokens"]:
+            found.setdefault(float(match["lam"]), []).append({"seed": int(match["seed"]), **log[-1]})
+    return found
+
+
+def spread(rows: dict[float, list[dict]], base: float, other: float) -> dict:
+    table = {}
+    for metric in METRICS:
+        a = np.array([r[metric] for r in rows[base]])
+        b = np.array([r[metric] for r in rows[other]])
+        test = ttest_ind(b, a, equal_var=False)
+        table[metric] = {
+            f"lambda_{base:g}": {"mean": float(a.mean()), "std": float(a.std(ddof=1)), "values": a.tolist()},
+            f"lambda_{other:g}": {"mean": float(b.mean()), "std": float(b.std(ddof=1)), "values": b.tolist()},
+            "delta": float(b.mean() - a.mean()),
+            "ratio": float(a.mean() / b.mean()),
+            "welch_p": float(test.pvalue),
+            "outside_spread": bool(test.pvalue < 0.05),
+        }
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = final_rows(args.runs)
+    if len(rows) < 2 or min(len(v) for v in rows.values()) < 2:
+        raise SystemExit(f"need at least 2 finished seeds of 2 λ values under {args.runs}, found {rows.keys()}")
+    base, other = sorted(rows)[:2]
+    table = spread(rows, base, other)
+    tokens = {r["tokens"] for v in rows.values() for r in v}
+    if args.json:
+        print(json.dumps({"tokens": sorted(tokens), "seeds": {str(k): len(v) for k, v in rows.items()}, **table}))
+        return
+    print(f"{len(rows[base])} + {len(rows[other])} seeds, {', '.join(f'{t:,}' for t in sorted(tokens))} tokens each\n")
+    columns = f"λ={base:g} mean ± std | λ={other:g} mean ± std | Δ | ratio λ{base:g}/λ{other:g} | Welch p"
+    print(f"| metric | {columns} | outside the seed spread |")
+    print("|---|---|---|---|---|---|---|")
+    for metric, row in table.items():
+        a, b = row[f"lambda_{base:g}"], row[f"lambda_{other:g}"]
+        print(
+            f"| {metric} | {a['mean']:.4f} ± {a['std']:.4f} | {b['mean']:.4f} ± {b['std']:.4f} | {row['delta']:+.4f} "
+            f"| {row['ratio']:.2f}× | {row['welch_p']:.2g} | {'**yes**' if row['outside_spread'] else 'no'} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
