@@ -10,8 +10,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cone.models.analysis import checkpoint_report
-from cone.models.checkpoint import read_log
+import numpy as np
+from scipy.stats import wilcoxon
+
+from cone.models.analysis import checkpoint_report, heading_samples, held_out_texts
+from cone.models.checkpoint import load_checkpoint, read_log
+
+HEADING = {
+    "cos_std_over_vocab": "heading: std over the vocabulary of cos(E[v], g)",
+    "target_minus_median_cos": "heading: cos(target) − cos(median token)",
+    "target_rank": "heading: the target's rank by cosine (median, of 16,392)",
+}
 
 
 def rows(base: dict, reg: dict) -> list[tuple[str, str, str, str]]:
@@ -82,6 +91,29 @@ def rows(base: dict, reg: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def heading_rows(base_path: Path, reg_path: Path) -> list[tuple[str, str, str, str]]:
+    """The heading test of both checkpoints at the same held-out positions, each figure's difference tested
+    by a paired Wilcoxon signed-rank test over the positions (the two tokenizers are checked to agree)."""
+    texts, _ = held_out_texts(None)
+    (bm, bt, _), (rm, rt, _) = load_checkpoint(base_path), load_checkpoint(reg_path)
+    if bt.get_vocab() != rt.get_vocab():
+        raise SystemExit("the two checkpoints' tokenizers differ: their positions cannot be paired")
+    base, reg = heading_samples(bm, bt, texts), heading_samples(rm, rt, texts)
+    rows = []
+    for key, label in HEADING.items():
+        p = wilcoxon(base[key], reg[key]).pvalue
+        show = (lambda a: f"{float(np.median(a)):.0f}") if key == "target_rank" else (lambda a: f"{a.mean():.4f}")
+        rows.append(
+            (
+                f"{label} (Wilcoxon p, {len(base[key])} positions)",
+                show(base[key]),
+                f"{show(reg[key])} (p={p:.2g})" if p > 0 else f"{show(reg[key])} (p < 1e-300)",
+                "",
+            )
+        )
+    return rows
+
+
 def report(path: Path) -> dict:
     return {**checkpoint_report(path), "val_loss": read_log(path)[-1]["val_loss"]}
 
@@ -92,7 +124,7 @@ def main() -> None:
     base, reg = report(Path(sys.argv[1])), report(Path(sys.argv[2]))
     print("| | baseline (λ = 0) | regularized (λ = {:g}) | reference study |".format(reg["reg_cos"]))
     print("|---|---|---|---|")
-    for row in rows(base, reg):
+    for row in rows(base, reg) + heading_rows(Path(sys.argv[1]), Path(sys.argv[2])):
         print("| " + " | ".join(row) + " |")
 
 

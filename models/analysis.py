@@ -68,41 +68,48 @@ def logit_test(model, tokenizer, unseen: np.ndarray, seed: int = 0) -> dict:
 HEADING_POSITIONS = 4096  # (hidden state, next token) pairs of held-out text, enough for stable medians
 
 
-def heading_spread(table: np.ndarray, hidden: np.ndarray, targets: np.ndarray) -> dict:
-    """Whether the heading term cos(E[v], g) points anywhere: for each hidden state g (rows of ``hidden``) the
-    cosines of every table row with g. In a cone every row has nearly the same cosine with every g, so the
-    term cannot tell the target from the rest: a small spread (std over the vocabulary), a small gap between the
-    target's cosine and the median token's, and the target ranked near the middle (rank 1 = highest cosine)."""
+def heading_spread(table: np.ndarray, hidden: np.ndarray, targets: np.ndarray) -> dict[str, np.ndarray]:
+    """Whether the heading term cos(E[v], g) points anywhere, per hidden state g (rows of ``hidden``): the std
+    of every table row's cosine with g, the target's cosine minus the median token's, and the target's rank by
+    cosine (1 = highest). In a cone every row has nearly the same cosine with every g, so the term cannot tell
+    the target from the rest: a small std, a small gap, a rank near the middle."""
     rows = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
     heads = hidden / np.maximum(np.linalg.norm(hidden, axis=1, keepdims=True), 1e-12)
     cos = heads.astype(np.float32) @ rows.T.astype(np.float32)  # (positions, vocabulary)
     target_cos = cos[np.arange(len(targets)), targets]
-    ranks = 1 + (cos > target_cos[:, None]).sum(axis=1)
     return {
-        "positions": int(len(targets)),
-        "cos_std_over_vocab": float(cos.std(axis=1).mean()),
-        "target_minus_median_cos": float((target_cos - np.median(cos, axis=1)).mean()),
+        "cos_std_over_vocab": cos.std(axis=1),
+        "target_minus_median_cos": target_cos - np.median(cos, axis=1),
+        "target_rank": 1 + (cos > target_cos[:, None]).sum(axis=1),
+    }
+
+
+def heading_summary(samples: dict[str, np.ndarray], vocabulary: int) -> dict:
+    ranks = samples["target_rank"]
+    return {
+        "positions": int(len(ranks)),
+        "cos_std_over_vocab": float(samples["cos_std_over_vocab"].mean()),
+        "target_minus_median_cos": float(samples["target_minus_median_cos"].mean()),
         "target_rank_median": float(np.median(ranks)),
-        "target_rank_percentile_mean": float((1 - (ranks - 1) / (table.shape[0] - 1)).mean()),
+        "target_rank_percentile_mean": float((1 - (ranks - 1) / (vocabulary - 1)).mean()),
     }
 
 
 @torch.no_grad()
-def heading_test(model, tokenizer, texts: list[str], limit: int = HEADING_POSITIONS) -> dict:
-    """``heading_spread`` on the model's real final hidden states over ``texts`` (held-out), each position's
-    target being the next token."""
+def heading_samples(model, tokenizer, texts: list[str], limit: int = HEADING_POSITIONS) -> dict[str, np.ndarray]:
+    """``heading_spread`` at the model's real final hidden states over ``texts`` (held-out), each position's
+    target being the next token; the first ``limit`` positions, so two models with one tokenizer are paired."""
     hidden, targets = [], []
     for text in texts:
         ids = tokenizer.encode(text).ids[: model.cfg.block_size]
         if len(ids) < 2:
             continue
-        states = model(torch.tensor([ids]))[0, :-1]
-        hidden.append(states.float().numpy())
+        hidden.append(model(torch.tensor([ids]))[0, :-1].float().numpy())
         targets.extend(ids[1:])
         if len(targets) >= limit:
             break
     if not targets:
-        return {"positions": 0}
+        return {}
     table = model.wte.weight.detach().float().numpy()
     return heading_spread(table, np.concatenate(hidden)[:limit], np.asarray(targets[:limit]))
 
@@ -140,5 +147,7 @@ def checkpoint_report(path: Path, data_root: Path | None = None) -> dict:
     }
     report["logit_test"] = logit_test(model, tokenizer, unseen) if len(unseen) else None
     texts, source = held_out_texts(data_root)
-    report["heading"] = {"text": source, **heading_test(model, tokenizer, texts)}
+    samples = heading_samples(model, tokenizer, texts)
+    summary = heading_summary(samples, model.cfg.vocab_size) if samples else {"positions": 0}
+    report["heading"] = {"text": source, **summary}
     return report

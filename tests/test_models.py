@@ -175,7 +175,7 @@ def test_bf16_autocast_only_where_the_cpu_has_it(monkeypatch, tmp_path):
 
 
 def test_the_heading_points_somewhere_in_an_isotropic_table_and_nowhere_in_a_cone():
-    from cone.models.analysis import heading_spread
+    from cone.models.analysis import heading_spread, heading_summary
 
     rng = np.random.default_rng(0)
     vocab, d, positions = 2000, 64, 300
@@ -184,7 +184,7 @@ def test_the_heading_points_somewhere_in_an_isotropic_table_and_nowhere_in_a_con
     targets = rng.integers(0, vocab, size=positions)
     for table in (isotropic, cone):
         hidden = table[targets] + 0.5 * rng.standard_normal((positions, d))  # g heads towards its target row
-        found = heading_spread(table, hidden, targets)
+        found = heading_summary(heading_spread(table, hidden, targets), vocab)
         if table is isotropic:
             spread_iso, gap_iso = found["cos_std_over_vocab"], found["target_minus_median_cos"]
             assert found["target_rank_median"] == 1 and gap_iso > 0.5
