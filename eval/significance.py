@@ -112,7 +112,11 @@ def _sts_deltas(a: EvalResult, b: EvalResult, sts_gold: dict[str, list[float]]) 
 
 def compare(results: list[EvalResult], sts_gold: dict[str, list[float]]) -> list[Comparison]:
     """Every pair of ``pairs`` tested: nDCG@10 over the test queries, and Δρ on each STS set (name -> gold)."""
-    chosen = pairs(results)
+    return compare_pairs(pairs(results), sts_gold)
+
+
+def compare_pairs(chosen: list[tuple[EvalResult, EvalResult]], sts_gold: dict[str, list[float]]) -> list[Comparison]:
+    """Each (a, b) tested as ``compare`` does, the p-values adjusted over ``chosen``."""
     raw = []
     for a, b in chosen:
         p, _ = fisher_randomization_test(a.samples.ndcg, b.samples.ndcg, PERMUTATIONS, ALPHA, SEED)
