@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 from cone.errors import ModelUnavailable
 from cone.models.checkpoint import CONFIG, load_checkpoint, load_token_counts, save_checkpoint
 from cone.models.gpt import GPT
+from cone.models.tokenizer import padded_batch
 
 MODULE_TYPE = f"{__name__}.GPTTokenEmbeddings"  # how modules.json names the class
 
@@ -43,13 +44,7 @@ class GPTTokenEmbeddings(InputModule):
 
     def preprocess(self, inputs, prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
         texts = [prompt + text for text in inputs] if prompt else list(inputs)
-        encoded = [enc.ids[: self.max_len] or [self.pad_id] for enc in self.tokenizer.encode_batch(texts)]
-        width = max(len(ids) for ids in encoded)
-        ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        for row, seq in enumerate(encoded):
-            ids[row, : len(seq)] = torch.tensor(seq)
-            mask[row, : len(seq)] = 1
+        ids, mask = padded_batch(self.tokenizer, texts, self.max_len, self.pad_id)
         return {"input_ids": ids, "attention_mask": mask}
 
     def forward(self, features: dict, **kwargs) -> dict:

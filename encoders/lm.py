@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from cone.encoders.base import TORCH, Layer, check_layer, files_fingerprint, layer_fingerprint
 from cone.models.checkpoint import WEIGHTS, load_checkpoint
+from cone.models.tokenizer import padded_batch
 
 
 class LMEncoder:
@@ -40,14 +41,7 @@ class LMEncoder:
         return view
 
     def _batch(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        encoded = [enc.ids[: self.max_len] or [self.pad_id] for enc in self.tokenizer.encode_batch(texts)]
-        width = max(len(ids) for ids in encoded)
-        ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        for row, seq in enumerate(encoded):
-            ids[row, : len(seq)] = torch.tensor(seq)
-            mask[row, : len(seq)] = 1
-        return ids, mask
+        return padded_batch(self.tokenizer, texts, self.max_len, self.pad_id)
 
     def encode_layers(
         self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False

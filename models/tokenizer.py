@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from cone.errors import InputError
@@ -41,3 +42,18 @@ def load_tokenizer(path: Path) -> Tokenizer:
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
         raise InputError(f"{path}: not a readable tokenizer.json ({exc})") from None
+
+
+def padded_batch(
+    tokenizer: Tokenizer, texts: list[str], max_len: int, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids (truncated to ``max_len``; an empty text is one pad) padded to the longest, and the mask of
+    real tokens: what every sentence encoder of a cone LM feeds it."""
+    encoded = [enc.ids[:max_len] or [pad_id] for enc in tokenizer.encode_batch(texts)]
+    width = max(len(ids) for ids in encoded)
+    ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, seq in enumerate(encoded):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+    return ids, mask
