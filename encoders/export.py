@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -174,9 +175,21 @@ def run_by(
     folder = export_dir() / f"{weights}-{runtime.backend}{'-int8' if runtime.quantize == 'int8' else ''}"
     if not (folder / graph_file(runtime)).is_file():
         _export(model, folder, runtime, calibration_root)
-    loaded = SentenceTransformer(
-        str(folder), device="cpu", backend=runtime.backend, model_kwargs=_load_kwargs(runtime), local_files_only=True
-    )
+    # optimum-intel warns on every load by file name that it "could not infer" whether the folder is exported
+    # (its own file search fails on the name it was given) and then loads that file, as asked: noise, muted.
+    quiet = logging.getLogger("optimum.intel.openvino.modeling_base")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        loaded = SentenceTransformer(
+            str(folder),
+            device="cpu",
+            backend=runtime.backend,
+            model_kwargs=_load_kwargs(runtime),
+            local_files_only=True,
+        )
+    finally:
+        quiet.setLevel(level)
     graph = folder / graph_file(runtime)
     files = [graph, graph.with_suffix(".bin")] if runtime.backend == "openvino" else [graph]
     precision = openvino_precision(runtime) if runtime.backend == "openvino" else "fp32"
