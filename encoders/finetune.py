@@ -219,5 +219,5 @@ def _save(model, module: GPTTokenEmbeddings, out: Path, cfg: FinetuneConfig, ste
         "finetune": {**asdict(cfg), "steps": steps, "tokens_seen": module.tokens_seen,
                      "seconds": round(time.perf_counter() - started, 1)},
     }  # fmt: skip
-    model.save(str(out))
+    model.save(str(out), create_model_card=False)  # a card would quote training pairs: data stays out
     shutil.rmtree(out / ".trainer", ignore_errors=True)

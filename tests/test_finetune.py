@@ -68,6 +68,7 @@ def test_finetune_end_to_end_loss_falls_and_output_loads(train_data, tiny_checkp
     sentences = ["the cell protein", "stock market news"]
     assert encoder.encode(sentences).shape == (2, before.dim)
     assert not np.allclose(encoder.encode(sentences), before.encode(sentences), atol=1e-4)  # it was trained
+    assert not (out / "README.md").exists()  # no model card: it would quote training pairs
     assert main(args) == 2  # never overwrites a model
 
 
