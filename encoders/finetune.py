@@ -24,7 +24,7 @@ from cone.data.loaders import doc_text, load_beir, load_sts
 from cone.errors import InputError, Interrupted, ModelUnavailable
 from cone.geometry import measure
 from cone.geometry.regularizer import reg_cos
-from cone.models.corpus import read_documents
+from cone.models.corpus import read_documents, split
 
 if TYPE_CHECKING:  # the module imports sentence-transformers: `cone --help` need not
     from cone.encoders.gpt_module import GPTTokenEmbeddings
@@ -60,14 +60,37 @@ class FinetuneConfig:
             raise InputError(f"--dropout must be in [0, 1), got {self.dropout}")
 
 
+def _normal(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def held_out_texts(root: Path) -> set[str]:
+    """Every text of the splits that are measured, never trained on (normalized): STS-B dev and test sentences
+    and the SciFact test claims. lmtext shares sentences with STS-B (both draw on the MSR paraphrase corpus:
+    238 of STS-B test's sentences are lmtext lines), and two SciFact claims occur in both train and test."""
+    texts = set()
+    for name in ("dev", "test"):
+        if (root / "stsb" / f"{name}.csv").is_file():
+            pairs = load_sts(root / "stsb" / f"{name}.csv")
+            texts |= {_normal(t) for t in pairs.sentence1 + pairs.sentence2}
+    if (root / "scifact" / "qrels" / "test.tsv").is_file():
+        test = load_beir(root, "scifact", split="test")
+        texts |= {_normal(test.queries[q]) for q in test.qrels if q in test.queries}
+    return texts
+
+
 def training_pairs(root: Path, cfg: FinetuneConfig) -> dict[str, dict[str, list]]:
-    """Each source's columns (anchor, positive[, score]), in a fixed order; train splits only."""
+    """Each source's columns (anchor, positive[, score]), in a fixed order: train splits only, and no text that
+    a measured split holds (``held_out_texts``)."""
+    held_out = held_out_texts(root)
     found: dict[str, dict[str, list]] = {}
     if "scifact" in cfg.sources:
         train = load_beir(root, "scifact", split="train")
         judged = [(q, d) for q in sorted(train.qrels) for d, grade in sorted(train.qrels[q].items()) if grade > 0]
         pairs = [
-            (train.queries[q], doc_text(train.corpus[d])) for q, d in judged if q in train.queries and d in train.corpus
+            (train.queries[q], doc_text(train.corpus[d]))
+            for q, d in judged
+            if q in train.queries and d in train.corpus and _normal(train.queries[q]) not in held_out
         ]
         found["scifact"] = {"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]}
     if "sts" in cfg.sources:
@@ -82,7 +105,10 @@ def training_pairs(root: Path, cfg: FinetuneConfig) -> dict[str, dict[str, list]
         files = sorted((root / "lmtext").glob("*.txt"))
         if not files:
             raise InputError(f"SimCSE needs LM text: no lmtext/*.txt under {root}")
-        sentences = [s for s in read_documents(files) if len(s.split()) >= 4]
+        # The LM's training split only (its validation split stays held out for the heading test), minus
+        # every measured sentence.
+        train_docs = split(read_documents(files))[0]
+        sentences = [s for s in train_docs if len(s.split()) >= 4 and _normal(s) not in held_out]
         rng = np.random.default_rng(cfg.seed)
         picked = rng.permutation(len(sentences))[: cfg.simcse_sentences]
         found["simcse"] = {"anchor": [sentences[i] for i in picked], "positive": [sentences[i] for i in picked]}
