@@ -6,7 +6,14 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from cone.cli.options import add_checkpoints_option, add_data_dir_option, add_progress_option, comma_list
+from cone.cli.options import (
+    add_checkpoints_option,
+    add_data_dir_option,
+    add_progress_option,
+    comma_list,
+    non_negative_float,
+    positive_int,
+)
 from cone.data.loaders import data_dir
 from cone.encoders.finetune import SOURCES, FinetuneConfig, finetune
 from cone.models.checkpoint import resolve_checkpoint
@@ -36,14 +43,23 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--mix",
         type=comma_list,
         default=list(SOURCES),
-        help=f"comma list of training sources, each with its loss: {', '.join(SOURCES)} (default all; the batches take "
-        "the sources in turn)",
+        help=f"comma list of training sources, each with its loss: {', '.join(SOURCES)} (default all). The "
+        "batches take the sources in turn and an epoch ends with the smallest (SciFact's 917 pairs), each epoch "
+        "drawing new SimCSE sentences",
     )
-    p.add_argument("--max-steps", type=int, default=DEFAULTS["max_steps"], help="optimizer steps (default 600)")
-    p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"], help="pairs per batch (default 32)")
-    p.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="peak learning rate (default 1e-4, linear decay)")
-    p.add_argument("--dropout", type=float, default=DEFAULTS["dropout"], help="dropout while training (default 0.1)")
-    p.add_argument("--simcse-sentences", type=int, default=DEFAULTS["simcse_sentences"], help="default 10,000")
+    p.add_argument(
+        "--max-steps", type=positive_int, default=DEFAULTS["max_steps"], help="optimizer steps (default 600)"
+    )
+    p.add_argument(
+        "--batch-size", type=positive_int, default=DEFAULTS["batch_size"], help="pairs per batch (default 32)"
+    )
+    p.add_argument(
+        "--lr", type=non_negative_float, default=DEFAULTS["lr"], help="peak learning rate (default 1e-4, linear decay)"
+    )
+    p.add_argument(
+        "--dropout", type=non_negative_float, default=DEFAULTS["dropout"], help="dropout while training (default 0.1)"
+    )
+    p.add_argument("--simcse-sentences", type=positive_int, default=DEFAULTS["simcse_sentences"], help="default 10,000")
     p.add_argument(
         "--reg-cos",
         type=float,
@@ -51,9 +67,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="λ of reg_cos on sentence vectors (default 0)",
     )
     p.add_argument(
-        "--eval-steps", type=int, default=DEFAULTS["eval_steps"], help="steps between log lines (default 100)"
+        "--eval-steps", type=positive_int, default=DEFAULTS["eval_steps"], help="steps between log lines (default 100)"
     )
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     add_data_dir_option(p)
     add_checkpoints_option(p)
     add_progress_option(p)
@@ -78,7 +94,7 @@ def run_finetune(args: argparse.Namespace) -> int:
         reg_cos=args.reg_cos,
         eval_steps=args.eval_steps,
         bf16=bf16_is_fast(),
-        source_checkpoint=str(source),
+        source_checkpoint=str(args.source),  # as given: a name (baseline) or a path
         data_dir=str(root),
     )
     out = finetune(source, args.out, root, cfg, progress=not args.no_progress)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from cone.data.loaders import DATA_DIR_ENV
@@ -114,7 +115,8 @@ def non_negative_float(text: str) -> float:
 RUNTIME_HELP = (
     "torch (the reference) | openvino | onnx, exported once from the local weights into a cache "
     "($CONE_EXPORT_DIR, default ~/.cache/cone/exports) by sentence-transformers' backends; for roberta, minilm, "
-    "st:PATH (the LMs run on torch)"
+    "st:PATH (the LMs and their fine-tuned encoders run on torch; onnx is reported unavailable where optimum-onnx "
+    "cannot be installed beside sentence-transformers 6, as here)"
 )
 QUANTIZE_HELP = (
     "none (fp32) | bf16 (openvino, CPUs with native bf16) | int8 (openvino: static, calibrated on 300 lmtext "
@@ -149,7 +151,7 @@ def runtimes(backends: list[str], quantizations: list[str]) -> tuple[Runtime, ..
     return found
 
 
-def choice_list(choices: tuple[str, ...]):
+def choice_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
     """An argparse type: a comma list whose items are all among ``choices``."""
 
     def parse(text: str) -> list[str]:

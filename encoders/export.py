@@ -159,7 +159,7 @@ def _export(model: SentenceTransformer, folder: Path, runtime: Runtime, calibrat
             os.rename(tmp, folder)
         except OSError:  # another process exported the same model first: its folder stands
             if not (folder / graph_file(runtime)).is_file():
-                raise
+                raise InputError(f"{folder} exists without {graph_file(runtime)}: delete it to export again") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -171,10 +171,19 @@ def run_by(
     the graph's bytes, the runtime and its precision."""
     if (absent := backend_missing(name, runtime)) is not None:
         raise absent
-    # none and bf16 run the same graph (only the inference precision differs): one export serves both
-    folder = export_dir() / f"{weights}-{runtime.backend}{'-int8' if runtime.quantize == 'int8' else ''}"
+    precision = openvino_precision(runtime) if runtime.backend == "openvino" else "fp32"  # bf16 refused up front
+    # none and bf16 run the same graph (only the inference precision differs): one export serves both. ONNX's
+    # int8 graph is built for this CPU's instruction set, so the set is part of its folder's name.
+    variant = {"int8": f"-int8-{_onnx_isa()}" if runtime.backend == "onnx" else "-int8"}.get(runtime.quantize, "")
+    folder = export_dir() / f"{weights}-{runtime.backend}{variant}"
     if not (folder / graph_file(runtime)).is_file():
-        _export(model, folder, runtime, calibration_root)
+        try:
+            _export(model, folder, runtime, calibration_root)
+        except InputError:
+            raise
+        except Exception as exc:  # OpenVINO, NNCF, datasets: a failed export is one line, and the model unavailable
+            reason = f"export to {runtime.tag} failed ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+            raise ModelUnavailable(name, reason, f"report it, or use --backend torch; cache: {export_dir()}") from None
     # optimum-intel warns on every load by file name that it "could not infer" whether the folder is exported
     # (its own file search fails on the name it was given) and then loads that file, as asked: noise, muted.
     quiet = logging.getLogger("optimum.intel.openvino.modeling_base")
@@ -192,5 +201,4 @@ def run_by(
         quiet.setLevel(level)
     graph = folder / graph_file(runtime)
     files = [graph, graph.with_suffix(".bin")] if runtime.backend == "openvino" else [graph]
-    precision = openvino_precision(runtime) if runtime.backend == "openvino" else "fp32"
     return loaded, f"{files_fingerprint([f for f in files if f.is_file()])}-{runtime.tag}-{precision}"

@@ -18,7 +18,7 @@ def check_model_name(spec: str) -> None:
 
 def _checkpoint_missing(spec: str, checkpoints: Path | None) -> ModelUnavailable | None:
     path = checkpoints_dir(checkpoints) / spec
-    if (path / "config.json").is_file():
+    if (path / "config.json").is_file() and (spec in LM_MODELS or (path / "modules.json").is_file()):
         return None
     if spec in FINETUNED_MODELS:
         return ModelUnavailable(spec, f"no checkpoint at {path}", f"cone finetune --from {spec[:-3]} --out {path}")

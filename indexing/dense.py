@@ -244,7 +244,14 @@ class DenseIndex:
                 f"them (use --backend {built.backend} --quantize {built.quantize}, or rebuild)"
             )
         if self.manifest.encoder_fingerprint != encoder.fingerprint:
-            raise DamagedIndex(f"{self.folder}: index was built with other weights of {encoder.name!r}; rebuild it")
+            why = (
+                ""
+                if asked.backend == "torch"
+                else f" or at another precision ({built.tag} runs bf16 only on CPUs with it)"
+            )
+            raise DamagedIndex(
+                f"{self.folder}: index was built with other weights of {encoder.name!r}{why}; rebuild it"
+            )
         if self.manifest.dim != encoder.dim:
             raise DamagedIndex(f"{self.folder}: index dimension {self.manifest.dim} != encoder dimension {encoder.dim}")
 
