@@ -40,11 +40,19 @@ def train_data(tiny_beir, tiny_corpus):
 
 
 def test_training_pairs_come_from_train_splits_only(train_data):
+    from cone.encoders.finetune import held_out_texts
+
     (train_data / "scifact" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nt0\td1\t1\n")
-    pairs = training_pairs(train_data, FinetuneConfig(simcse_sentences=50))
-    assert len(pairs["scifact"]["anchor"]) == 40  # the 40 train judgments; test's t0 -> d1 is not among them
+    measured = (train_data / "stsb" / "test.csv").read_text().splitlines()[1].split(",")[0]
+    with (train_data / "lmtext" / "text.txt").open("a") as handle:  # lmtext shares sentences with STS-B
+        handle.write("".join(f"{measured}\n" for _ in range(50)))
+    held_out = held_out_texts(train_data)
+    assert " ".join(measured.lower().split()) in held_out
+    pairs = training_pairs(train_data, FinetuneConfig(simcse_sentences=5000))
+    assert not {" ".join(t.lower().split()) for t in pairs["simcse"]["anchor"]} & held_out
+    assert len(pairs["scifact"]["anchor"]) == 39  # 40 train judgments; t0's claim is a test query: dropped
     assert all(p.startswith("doc ") for p in pairs["scifact"]["positive"])
-    assert pairs["simcse"]["anchor"] == pairs["simcse"]["positive"] and len(pairs["simcse"]["anchor"]) == 50
+    assert pairs["simcse"]["anchor"] == pairs["simcse"]["positive"] and len(pairs["simcse"]["anchor"]) > 100
     assert max(pairs["sts"]["score"]) == 1.0
     with pytest.raises(InputError, match="unknown or no source"):
         FinetuneConfig(sources=("msmarco",))
