@@ -35,6 +35,13 @@ class ModelUnavailable(ConeError):
         return f"{self.reason} (to make it available: {self.fix})"
 
 
+class ClusterError(ConeError):
+    """The Ray cluster failed the work: unreachable, or a task failed past its retries. Nothing was written."""
+
+    exit_code = 4
+    label = "cluster"
+
+
 class Interrupted(ConeError):
     """Ctrl-C, after whatever could be saved was saved; the message says what was kept."""
 
@@ -46,5 +53,6 @@ EXIT_CODES = {
     0: "success",
     InputError.exit_code: "bad input: an argument, file, dataset or index that cannot be used",
     ModelUnavailable.exit_code: "a model's weights are not on this machine (the message says how to get them)",
+    ClusterError.exit_code: "the Ray cluster failed (unreachable, or a task failed past its retries)",
     Interrupted.exit_code: "interrupted (Ctrl-C)",
 }

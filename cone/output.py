@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
-from collections.abc import Mapping, Sequence
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 
 def format_value(value: object) -> str:
@@ -47,3 +51,22 @@ def finite(payload: object) -> object:
 def dump_json(payload: object) -> str:
     """Always valid JSON: non-finite numbers become null instead of the NaN / Infinity JSON does not have."""
     return json.dumps(finite(payload), indent=2, allow_nan=False)
+
+
+@contextmanager
+def native_stdout_silenced() -> Iterator[None]:
+    """Libraries print nothing, and native code (FAISS's on-disk lists report with C printf) is no exception:
+    file descriptor 1 goes to /dev/null while native code runs, its C buffer
+    flushed on either side so nothing written before or during leaks out after."""
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    saved = os.dup(1)
+    with open(os.devnull, "wb") as null:
+        os.dup2(null.fileno(), 1)
+    try:
+        yield
+    finally:
+        libc.fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)

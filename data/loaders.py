@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,11 +45,23 @@ class RetrievalDataset:
 
     def fingerprint(self) -> str:
         """A hash of the corpus ids and texts: an index built on other documents is refused."""
-        h = hashlib.sha256()
+        fingerprint = CorpusFingerprint()
         for doc_id in sorted(self.corpus):
-            doc = self.corpus[doc_id]
-            h.update(f"{doc_id}\x00{doc['title']}\x00{doc['text']}\x01".encode())
-        return h.hexdigest()[:16]
+            fingerprint.add(doc_id, self.corpus[doc_id])
+        return fingerprint.hexdigest()
+
+
+class CorpusFingerprint:
+    """A hash of documents in the order they are added (the in-memory corpus: sorted ids; a stream: file order)."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+
+    def add(self, doc_id: str, doc: dict[str, str]) -> None:
+        self._hash.update(f"{doc_id}\x00{doc['title']}\x00{doc['text']}\x01".encode())
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()[:16]
 
 
 ID = (str, int)  # BEIR ids: strings, or integers in some dumps (never booleans)
@@ -70,24 +83,34 @@ def _check_fields(record: object, required: Fields, optional: Fields, where: str
     return record
 
 
+def parse_jsonl_line(
+    raw: bytes, where: str, required: Fields | None = None, optional: Fields | None = None
+) -> dict | None:
+    """One line of a JSONL file, its fields type-checked (None if blank); a bad line is an error naming ``where``."""
+    try:
+        line = raw.decode("utf-8")
+        record = json.loads(line) if line.strip() else None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
+    return None if record is None else _check_fields(record, required or {}, optional or {}, where)
+
+
+def iter_jsonl(path: Path, required: Fields | None = None, optional: Fields | None = None) -> Iterator[dict]:
+    """JSON objects, one per non-blank line, read as a stream."""
+    if not path.is_file():
+        raise InputError(f"{path}: not found (fetch it with `cone data fetch` or pass --data-dir)")
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if (record := parse_jsonl_line(raw, f"{path}:{number}", required, optional)) is not None:
+                yield record
+
+
 def read_jsonl(path: Path, required: Fields | None = None, optional: Fields | None = None) -> list[dict]:
     """JSON objects, one per non-blank line, their fields type-checked; a bad line is an error naming the
     file and the line."""
-    if not path.is_file():
-        raise InputError(f"{path}: not found (fetch it with `cone data fetch` or pass --data-dir)")
-    records = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-                record = json.loads(line) if line.strip() else None
-            except UnicodeDecodeError as exc:
-                raise InputError(f"{path}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            if record is not None:
-                records.append(_check_fields(record, required or {}, optional or {}, f"{path}:{number}"))
-    return records
+    return list(iter_jsonl(path, required, optional))
 
 
 def read_text(path: Path) -> str:
@@ -118,19 +141,40 @@ def _qrels(path: Path) -> dict[str, dict[str, int]]:
     return qrels
 
 
-def load_beir(root: Path, name: str = "scifact", split: str = "test") -> RetrievalDataset:
-    """A BEIR dataset folder: corpus.jsonl, queries.jsonl, qrels/{split}.tsv. ``name`` is a folder under
-    ``root`` (scifact), or the path of any BEIR-format folder (it holds a '/': ./mine, /data/nfcorpus)."""
+CORPUS_FIELDS: tuple[Fields, Fields] = ({"_id": ID, "text": TEXT}, {"title": TEXT})  # required, optional
+
+
+def corpus_doc(record: dict) -> tuple[str, dict[str, str]]:
+    """A checked corpus.jsonl record -> (doc id, {"title", "text"})."""
+    return str(record["_id"]), {"title": record.get("title") or "", "text": record["text"]}
+
+
+def dataset_folder(root: Path, name: str) -> Path:
+    """``name`` is a folder under ``root`` (scifact), or the path of any BEIR-format folder (it holds a '/':
+    ./mine, /data/nfcorpus)."""
     folder = Path(name) if "/" in name else Path(root) / name
-    name = folder.name
-    if not folder.is_dir() and folder != Path(root) / name:
+    if not folder.is_dir() and folder != Path(root) / folder.name:
         raise InputError(f"{folder}: no such dataset folder")
     if not folder.is_dir():
-        raise InputError(f"dataset {name!r} not found under {root} (run `cone data fetch {name} --data-dir {root}`)")
-    records = read_jsonl(folder / "corpus.jsonl", {"_id": ID, "text": TEXT}, {"title": TEXT})
-    if not records:
+        raise InputError(
+            f"dataset {folder.name!r} not found under {root} (run `cone data fetch {folder.name} --data-dir {root}`)"
+        )
+    return folder
+
+
+def iter_corpus(folder: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A dataset's documents in file order, read as a stream (for corpora too big to hold)."""
+    for record in iter_jsonl(folder / "corpus.jsonl", *CORPUS_FIELDS):
+        yield corpus_doc(record)
+
+
+def load_beir(root: Path, name: str = "scifact", split: str = "test") -> RetrievalDataset:
+    """A BEIR dataset folder (``dataset_folder``): corpus.jsonl, queries.jsonl, qrels/{split}.tsv."""
+    folder = dataset_folder(root, name)
+    name = folder.name
+    corpus = dict(iter_corpus(folder))
+    if not corpus:
         raise InputError(f"{folder / 'corpus.jsonl'}: no documents")
-    corpus = {str(r["_id"]): {"title": r.get("title") or "", "text": r["text"]} for r in records}
     queries = {str(r["_id"]): r["text"] for r in read_jsonl(folder / "queries.jsonl", {"_id": ID, "text": TEXT})}
     qrels = _qrels(folder / "qrels" / f"{split}.tsv")
     qrels = {q: docs for q, docs in qrels.items() if q in queries}

@@ -47,6 +47,7 @@ class Runtime:
 
 
 TORCH = Runtime()
+LOCAL = "local"
 
 
 class Encoder(Protocol):
@@ -55,6 +56,7 @@ class Encoder(Protocol):
     layer: Layer
     fingerprint: str  # hash of the weights (and the layer): an index built by other weights is refused
     runtime: Runtime  # what runs the forward pass (the LMs: always torch)
+    encoded_on: str  # LOCAL (this process), or the Ray cluster's description (cone.encoders.cluster)
 
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray: ...
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from cone.encoders.base import TORCH, Layer, check_layer, files_fingerprint, layer_fingerprint
+from cone.encoders.base import LOCAL, TORCH, Layer, check_layer, files_fingerprint, layer_fingerprint
 from cone.models.checkpoint import WEIGHTS, load_checkpoint
 from cone.models.tokenizer import padded_batch
 
@@ -17,6 +17,8 @@ from cone.models.tokenizer import padded_batch
 class LMEncoder:
     """Padding-masked mean of one layer's states (default the last; ``emb``: the bag of token embeddings, the
     table reg_cos acts on; ``0``: the input states, tokens + positions)."""
+
+    encoded_on = LOCAL
 
     def __init__(self, name: str, path: Path, layer: Layer = "last") -> None:
         self.model, self.tokenizer, _ = load_checkpoint(path)

@@ -11,7 +11,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Module, Transformer
 
-from cone.encoders.base import TORCH, Layer, Runtime, check_layer, files_fingerprint, layer_fingerprint
+from cone.encoders.base import LOCAL, TORCH, Layer, Runtime, check_layer, files_fingerprint, layer_fingerprint
 from cone.encoders.gpt_module import is_gpt_sentence_model, load_sentence_model
 from cone.errors import InputError, ModelUnavailable
 
@@ -59,6 +59,8 @@ class SentenceTransformerEncoder:
     ``layer`` "last" is the model's own output (its pooling, its normalization); "emb" or a block number is
     the mean of that hidden state of its Transformer, before any pooling or normalization module.
     ``weights`` is the fingerprint of what runs: the torch weights, or an exported graph under ``runtime``."""
+
+    encoded_on = LOCAL
 
     def __init__(self, name: str, model, weights: str, layer: Layer = "last", runtime: Runtime = TORCH) -> None:
         self.name = name

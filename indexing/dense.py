@@ -11,15 +11,17 @@ import faiss
 import numpy as np
 
 from cone.data.loaders import RetrievalDataset, doc_text
-from cone.encoders.base import Encoder, Layer, LayeredEncoder
+from cone.encoders.base import LOCAL, Encoder, Layer, LayeredEncoder
 from cone.errors import DamagedIndex, InputError
 from cone.geometry import histogram, measure, pair_cosines, spread, unit_rows
 from cone.indexing import postprocess as pp
 from cone.indexing import store
 from cone.indexing.index import Queries, SearchResult
+from cone.output import native_stdout_silenced
 
 INDEX_FILE = "index.faiss"
 PARAMS_FILE = "postprocess.npz"
+IVF_DATA = "index.ivfdata"  # a streamed build's inverted lists, on disk
 CACHE_ENV = "CONE_CACHE_DIR"
 DEFAULT_FACTORY = "Flat"
 
@@ -29,7 +31,10 @@ def cache_dir() -> Path:
 
 
 def _cache_path(encoder: Encoder, dataset: RetrievalDataset) -> Path:
-    key = hashlib.sha256(f"{encoder.name}|{encoder.fingerprint}|{dataset.fingerprint()}".encode()).hexdigest()[:20]
+    # Vectors made on a cluster are cached apart: an index says truly where its vectors were encoded.
+    where = "" if encoder.encoded_on == LOCAL else "|ray"
+    key = f"{encoder.name}|{encoder.fingerprint}|{dataset.fingerprint()}{where}"
+    key = hashlib.sha256(key.encode()).hexdigest()[:20]
     return cache_dir() / f"{key}.npy"
 
 
@@ -141,16 +146,63 @@ class CorrectedCorpus:
     random_pair_cosines: dict
 
 
-def correct_corpus(
-    encoder: Encoder, dataset: RetrievalDataset, postprocess: str = "none", progress: bool = True
-) -> CorrectedCorpus:
-    """Fit ``postprocess`` on the (cached) raw corpus vectors and apply it."""
+def correct_vectors(raw: np.ndarray, postprocess: str) -> CorrectedCorpus:
+    """Fit ``postprocess`` on ``raw`` (all the corpus's vectors, or a streamed build's sample) and apply it."""
     postprocess = pp.parse(postprocess)
-    raw = corpus_vectors(encoder, dataset, progress)
     params = pp.fit(raw, postprocess)
     corrected = pp.apply(raw, params)
     vectors = unit_rows(corrected)
     return CorrectedCorpus(postprocess, params, vectors, measure(raw), measure(corrected), random_pair_summary(vectors))
+
+
+def correct_corpus(
+    encoder: Encoder, dataset: RetrievalDataset, postprocess: str = "none", progress: bool = True
+) -> CorrectedCorpus:
+    """Fit ``postprocess`` on the (cached) raw corpus vectors and apply it."""
+    pp.parse(postprocess)  # a bad spec is refused before encoding
+    return correct_vectors(corpus_vectors(encoder, dataset, progress), postprocess)
+
+
+@dataclass(frozen=True)
+class CorpusIdentity:
+    """Which documents an index holds: the manifest's dataset, corpus_fingerprint and n_docs."""
+
+    dataset: str
+    fingerprint: str
+    n_docs: int
+
+
+def dense_manifest(
+    encoder: Encoder,
+    corpus: CorpusIdentity,
+    corrected: CorrectedCorpus,
+    factory: str,
+    search_params: str,
+    fit_sample: int | None = None,
+) -> store.Manifest:
+    return store.Manifest(
+        kind="dense",
+        model=encoder.name,
+        dataset=corpus.dataset,
+        corpus_fingerprint=corpus.fingerprint,
+        n_docs=corpus.n_docs,
+        encoder_fingerprint=encoder.fingerprint,
+        metric="inner_product",
+        normalized=True,
+        postprocess=corrected.postprocess,
+        index_factory=factory,
+        search_params=search_params,
+        dim=encoder.dim,
+        layer=encoder.layer,
+        postprocess_params={k: list(v.shape) for k, v in corrected.params.items()},
+        geometry_raw=corrected.geometry_raw,
+        geometry=corrected.geometry,
+        random_pair_cosines=corrected.random_pair_cosines,
+        backend=encoder.runtime.backend,
+        quantize=encoder.runtime.quantize,
+        encoded_on=encoder.encoded_on,
+        fit_sample=fit_sample,
+    )
 
 
 def build_dense(
@@ -171,27 +223,8 @@ def build_dense(
     )
     doc_ids = sorted(dataset.corpus)
     index = build_faiss(corpus.vectors, factory, search_params)
-    manifest = store.Manifest(
-        kind="dense",
-        model=encoder.name,
-        dataset=dataset.name,
-        corpus_fingerprint=dataset.fingerprint(),
-        n_docs=len(doc_ids),
-        encoder_fingerprint=encoder.fingerprint,
-        metric="inner_product",
-        normalized=True,
-        postprocess=corpus.postprocess,
-        index_factory=factory,
-        search_params=search_params,
-        dim=encoder.dim,
-        layer=getattr(encoder, "layer", "last"),
-        postprocess_params={k: list(v.shape) for k, v in corpus.params.items()},
-        geometry_raw=corpus.geometry_raw,
-        geometry=corpus.geometry,
-        random_pair_cosines=corpus.random_pair_cosines,
-        backend=encoder.runtime.backend,
-        quantize=encoder.runtime.quantize,
-    )
+    identity = CorpusIdentity(dataset.name, dataset.fingerprint(), len(doc_ids))
+    manifest = dense_manifest(encoder, identity, corpus, factory, search_params)
     with store.atomic_folder(out) as tmp:
         faiss.write_index(index, str(tmp / INDEX_FILE))
         np.savez(tmp / PARAMS_FILE, **corpus.params)
@@ -208,7 +241,12 @@ class DenseIndex:
         self.manifest = manifest or store.read_manifest(self.folder)
         self._check_encoder(encoder)
         try:
-            self.faiss_index = faiss.read_index(str(self.folder / INDEX_FILE))
+            # Inverted lists on disk (a streamed build) are opened where they lie, beside the index file.
+            on_disk = (self.folder / IVF_DATA).is_file()
+            with native_stdout_silenced():  # FAISS says where it found the lists, with a C printf
+                self.faiss_index = faiss.read_index(
+                    str(self.folder / INDEX_FILE), faiss.IO_FLAG_ONDISK_SAME_DIR * on_disk
+                )
             with np.load(self.folder / PARAMS_FILE) as npz:
                 self.params = {k: npz[k] for k in npz.files}
         except (RuntimeError, OSError, ValueError, EOFError) as exc:

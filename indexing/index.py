@@ -31,7 +31,7 @@ class SearchResult:
 
     def hits(self, query: int) -> list[Hit]:
         return [
-            Hit(self.docs.ids[r], float(s), int(r))
+            Hit(self.docs.doc_id(int(r)), float(s), int(r))
             for s, r in zip(self.scores[query], self.rows[query], strict=True)
             if r >= 0
         ]

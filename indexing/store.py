@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,15 +19,18 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
+
 from cone import __version__
 from cone.data.loaders import Corpus
-from cone.encoders.base import TORCH, Runtime
+from cone.encoders.base import LOCAL, TORCH, Runtime
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import postprocess
 from cone.jsontypes import is_number, of_type, type_names
 
 MANIFEST = "manifest.json"
 DOCS = "docs.jsonl"
+OFFSETS = "docs.offsets"  # little-endian uint64: where each line of docs.jsonl starts, then the file's size
 SNIPPET_CHARS = 300
 KINDS = ("dense", "bm25")
 PAIR_STATS = ("mean", "std", "p1", "p50", "p99")  # of random_pair_cosines, beside n_pairs and the histogram
@@ -77,6 +81,8 @@ class Manifest:
     random_pair_cosines: dict | None = None  # spread and histogram of random document pairs' cosines
     backend: str = "torch"  # what ran the encoder's forward pass (cone.encoders.base.Runtime) ...
     quantize: str = "none"  # ... and at which precision: queries must be encoded the same way
+    encoded_on: str = LOCAL  # where the corpus was encoded: this process, or a Ray cluster (cone index --ray)
+    fit_sample: int | None = None  # streamed builds: the vectors that fitted the correction, instruments and FAISS
     cone_version: str = __version__
     created: str = field(default_factory=now)
     format: int = FORMAT
@@ -150,11 +156,21 @@ MANIFEST_KEYS: dict[str, tuple[type, ...]] = {
     "random_pair_cosines": (dict, type(None)),
     "backend": (str,),
     "quantize": (str,),
+    "encoded_on": (str,),
+    "fit_sample": (int, type(None)),
     "cone_version": (str,),
     "created": (str,),
     "format": (int,),
 }
-VECTORS_ONLY = ("dim", "index_factory", "postprocess_params", "geometry_raw", "geometry", "random_pair_cosines")
+VECTORS_ONLY = (
+    "dim",
+    "index_factory",
+    "postprocess_params",
+    "geometry_raw",
+    "geometry",
+    "random_pair_cosines",
+    "fit_sample",
+)
 _BASE = {"kind", "model", "dataset", "corpus_fingerprint", "n_docs", "encoder_fingerprint", "metric"}
 REQUIRED = {
     "bm25": _BASE,
@@ -172,7 +188,7 @@ def _check_key(data: dict, key: str, kinds: tuple[type, ...], source: Path, requ
         raise DamagedIndex(f"{source}: manifest's {key!r} is {str(value)[:40]!r}, not {type_names(kinds)}")
     if key == "kind" and value not in KINDS:
         raise DamagedIndex(f"{source}: manifest's 'kind' is {value!r}, not one of {', '.join(KINDS)}")
-    if key in ("n_docs", "dim") and value is not None and value < 1:
+    if key in ("n_docs", "dim", "fit_sample") and value is not None and value < 1:
         raise DamagedIndex(f"{source}: manifest's {key!r} is {value}")
     if key == "layer" and value not in ("last", "emb") and not (isinstance(value, int) and value >= 0):
         raise DamagedIndex(f"{source}: manifest's 'layer' is {str(value)[:20]!r}, not last, emb or a layer number")
@@ -262,25 +278,62 @@ def atomic_folder(target: Path) -> Iterator[Path]:
 
 
 class DocTable:
-    """An index's documents in row order: id, title and the first characters of the text."""
+    """An index's documents in row order (id, title, the first characters of the text), read from disk a row at
+    a time through the table of line offsets: the memory it takes does not grow with the number of documents."""
 
-    def __init__(self, records: list[dict[str, str]]) -> None:
-        self._records = records
-        self.ids = [r["id"] for r in records]
+    def __init__(self, file: Path, offsets: np.ndarray) -> None:
+        self.file = file
+        self._offsets = offsets  # row r is bytes offsets[r]:offsets[r + 1] of the file
+        self._handle = file.open("rb")
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._offsets) - 1
 
     def __getitem__(self, row: int) -> dict[str, str]:
-        return self._records[row]
+        if not 0 <= row < len(self):
+            raise IndexError(f"row {row} of a {len(self)}-document table")
+        start, end = int(self._offsets[row]), int(self._offsets[row + 1])
+        try:  # pread: no shared file position, so the service's threads can read at once
+            return _doc_record(os.pread(self._handle.fileno(), end - start, start))
+        except (OSError, ValueError) as exc:
+            raise DamagedIndex(f"{self.file}: document row {row} is corrupt ({exc})") from None
+
+    def doc_id(self, row: int) -> str:
+        return self[row]["id"]
+
+    @property
+    def ids(self) -> list[str]:
+        """Every id in row order: reads the whole table (the eval's small corpora)."""
+        return [self.doc_id(row) for row in range(len(self))]
+
+
+class DocWriter:
+    """Writes the document table a record at a time, with its offsets: a build never holds the whole table."""
+
+    def __init__(self, folder: Path) -> None:
+        self._docs = (folder / DOCS).open("wb")
+        self._offsets = (folder / OFFSETS).open("wb")
+        self._position = 0
+        self.count = 0
+
+    def add(self, doc_id: str, title: str, text: str) -> None:
+        line = (json.dumps({"id": doc_id, "title": title, "snippet": text[:SNIPPET_CHARS]}) + "\n").encode()
+        self._offsets.write(struct.pack("<Q", self._position))
+        self._docs.write(line)
+        self._position += len(line)
+        self.count += 1
+
+    def close(self) -> None:
+        self._offsets.write(struct.pack("<Q", self._position))
+        self._docs.close()
+        self._offsets.close()
 
 
 def write_docs(folder: Path, doc_ids: list[str], corpus: Corpus) -> None:
-    with (folder / DOCS).open("w", encoding="utf-8") as handle:
-        for doc_id in doc_ids:
-            doc = corpus[doc_id]
-            record = {"id": doc_id, "title": doc["title"], "snippet": doc["text"][:SNIPPET_CHARS]}
-            handle.write(json.dumps(record) + "\n")
+    writer = DocWriter(folder)
+    for doc_id in doc_ids:
+        writer.add(doc_id, corpus[doc_id]["title"], corpus[doc_id]["text"])
+    writer.close()
 
 
 def write_manifest(folder: Path, manifest: Manifest) -> None:
@@ -303,22 +356,34 @@ def read_manifest(folder: Path) -> Manifest:
     return Manifest.from_dict(data, file)
 
 
-def _doc_record(line: str) -> dict[str, str]:
+def _doc_record(line: bytes) -> dict[str, str]:
     record = json.loads(line)
     if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("id", "title", "snippet")):
         raise ValueError("expected id, title and snippet strings")
     return record
 
 
+def _line_offsets(file: Path) -> np.ndarray:
+    """Offsets of an index written before the table had them (no docs.offsets): one pass over the lines."""
+    with file.open("rb") as handle:
+        lengths = [len(line) for line in handle]
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.uint64)
+
+
 def read_docs(folder: Path, n_docs: int) -> DocTable:
-    file = Path(folder) / DOCS
+    """The table, memory-mapped; checked for its length and its ends here, each record when it is read."""
+    file, offsets_file = Path(folder) / DOCS, Path(folder) / OFFSETS
     try:
-        records = [_doc_record(line) for line in file.read_text(encoding="utf-8").splitlines() if line]
+        size = file.stat().st_size
+        offsets = np.memmap(offsets_file, dtype="<u8", mode="r") if offsets_file.is_file() else _line_offsets(file)
+        with file.open("rb") as handle:
+            _doc_record(handle.readline())
     except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise DamagedIndex(f"{file}: missing or corrupt document list ({exc})") from None
-    if len(records) != n_docs:
-        raise DamagedIndex(f"{file}: {len(records)} documents but the manifest says {n_docs}")
-    return DocTable(records)
+    if len(offsets) != n_docs + 1 or int(offsets[0]) != 0 or int(offsets[-1]) != size:
+        found = max(len(offsets) - 1, 0)
+        raise DamagedIndex(f"{file}: {found} documents of {size:,} bytes, but the manifest says {n_docs}")
+    return DocTable(file, offsets)
 
 
 def list_indexes(root: Path) -> tuple[list[Path], list[str]]:

@@ -1,0 +1,203 @@
+"""Encoding on a Ray cluster: the corpus becomes a Ray Dataset, ``map_batches`` runs it through a pool of
+actors that each load the encoder once, and the vectors come back to this process in corpus order.
+
+Only ``--ray`` imports this module, and only its functions import Ray: without the option nothing about
+Ray is loaded. Every node must have cone installed and the encoder's files at the same paths (the shipped
+checkpoints and the pip-installed MiniLM are; an ``st:PATH`` or ``--checkpoints`` folder must be copied).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from cone.data.loaders import doc_text
+from cone.encoders.base import TORCH, Layer, LayeredEncoder, Runtime
+from cone.encoders.registry import load_encoder
+from cone.errors import ClusterError, ConeError, InputError
+
+RETRIES = 4  # restarts of a dead actor, and retries of the batch it was running, before the build fails
+
+
+@dataclass(frozen=True)
+class EncoderRecipe:
+    """How an actor loads the same encoder as this process: by name, never by shipping the weights."""
+
+    spec: str
+    checkpoints: Path | None = None
+    runtime: Runtime = TORCH
+    data_root: Path | None = None
+
+    def load(self) -> LayeredEncoder:
+        return load_encoder(self.spec, self.checkpoints, "last", self.runtime, self.data_root)
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """``--ray [ADDRESS]``: a running cluster's address, or None to start a local one for the command."""
+
+    address: str | None = None
+    actors: int = 2  # encoders loaded at once, one CPU each
+    batch_size: int = 256  # texts per map_batches call
+
+    def __post_init__(self) -> None:
+        if self.actors < 1 or self.batch_size < 1:
+            raise InputError(f"--ray-actors and --ray-batch-size must be at least 1 ({self.actors}, {self.batch_size})")
+
+    @property
+    def description(self) -> str:
+        """What the manifest records of how its vectors were made."""
+        where = self.address or "local cluster"
+        return f"ray ({where}, {self.actors} actors, batch {self.batch_size})"
+
+
+class _EncodeBatch:
+    """One per actor: the encoder is loaded in the constructor, so once per actor and not per batch."""
+
+    def __init__(self, recipe: EncoderRecipe, layers: list[Layer]) -> None:
+        self.encoder = recipe.load()
+        self.layers = layers
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        texts = [str(t) for t in batch["text"]] if "text" in batch else [_line_text(line) for line in batch["line"]]
+        found = self.encoder.encode_layers(texts, self.layers)
+        return {**batch, **{f"layer{i}": found[layer] for i, layer in enumerate(self.layers)}}
+
+
+def _line_text(line: str) -> str:
+    """The text of one corpus.jsonl line; the driver validates the same line again when it writes the table."""
+    try:
+        record = json.loads(line)
+        return doc_text({"title": record.get("title") or "", "text": record["text"]})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise InputError(f"corpus line {line[:60]!r}: expected a JSON object with a text") from None
+
+
+@contextmanager
+def connected(options: RayOptions) -> Iterator[None]:
+    """Ray, connected to ``options.address`` or to a local cluster started here (and stopped after); a
+    connection made already (by a caller, a test) is used as it is."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--ray needs Ray: pip install 'cone[ray]'") from None
+    if ray.is_initialized():
+        yield
+        return
+    try:
+        ray.init(address=options.address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = options.address or "a local cluster"
+        raise ClusterError(f"cannot start or reach {where}: {str(exc).splitlines()[0][:200]}") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _encoded(dataset: object, recipe: EncoderRecipe, layers: list[Layer], options: RayOptions) -> object:
+    return dataset.map_batches(
+        _EncodeBatch,
+        fn_constructor_args=(recipe, layers),
+        batch_size=options.batch_size,
+        batch_format="numpy",
+        concurrency=options.actors,
+        num_cpus=1,
+        max_restarts=RETRIES,
+        max_task_retries=RETRIES,
+    )
+
+
+def _batches(dataset: object) -> Iterator[dict[str, np.ndarray]]:
+    """The pipeline's output in input order; a failure past Ray's retries is one ClusterError (or the
+    ConeError an actor raised, such as a model its node does not have)."""
+    import ray
+
+    dataset.context.execution_options.preserve_order = True
+    try:
+        yield from dataset.iter_batches(batch_size=None, batch_format="numpy")
+    except ray.exceptions.RayError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, ConeError):
+            raise cause from None
+        raise ClusterError(f"encoding failed on the cluster: {str(exc).strip().splitlines()[-1][:240]}") from None
+
+
+def encode_texts(
+    recipe: EncoderRecipe,
+    texts: list[str],
+    layers: list[Layer],
+    options: RayOptions,
+    progress: bool = False,
+) -> dict[Layer, np.ndarray]:
+    """``encoder.encode_layers(texts, layers)``, run on the cluster; every row checked present exactly once."""
+    import pyarrow as pa
+    import ray
+
+    out = {layer: None for layer in layers}
+    seen = np.zeros(len(texts), dtype=bool)
+    with connected(options):
+        table = pa.table({"row": np.arange(len(texts)), "text": pa.array(texts, pa.string())})
+        dataset = _encoded(ray.data.from_arrow(table), recipe, layers, options)
+        with tqdm(total=len(texts), desc=f"encode {recipe.spec} on ray", unit="doc", disable=not progress) as bar:
+            for batch in _batches(dataset):
+                rows = batch["row"]
+                for i, layer in enumerate(layers):
+                    if out[layer] is None:
+                        out[layer] = np.empty((len(texts), batch[f"layer{i}"].shape[1]), dtype=np.float32)
+                    out[layer][rows] = batch[f"layer{i}"]
+                seen[rows] = True
+                bar.update(len(rows))
+    _check_complete(int(seen.sum()), len(texts))
+    return out
+
+
+def encode_corpus_lines(
+    recipe: EncoderRecipe, corpus_file: Path, layer: Layer, options: RayOptions, on_batch: Callable[[int], None]
+) -> Iterator[tuple[list[str], np.ndarray]]:
+    """The non-blank lines of a corpus.jsonl, read by Ray, and their vectors, in file order, batch by batch.
+    ``on_batch(n)`` is told each batch's size (progress)."""
+    import ray
+
+    with connected(options):
+        dataset = ray.data.read_text(str(corpus_file), drop_empty_lines=True).rename_columns({"text": "line"})
+        for batch in _batches(_encoded(dataset, recipe, [layer], options)):
+            lines = [str(line) for line in batch["line"]]
+            on_batch(len(lines))
+            yield lines, batch["layer0"]
+
+
+def _check_complete(got: int, expected: int) -> None:
+    if got != expected:
+        raise ClusterError(f"the cluster returned {got:,} of {expected:,} vectors; no index was written")
+
+
+class RayEncoder:
+    """A local encoder's identity (name, weights, layer, runtime: what the index and its queries are checked
+    against) with its encoding run on the cluster. Use it inside ``connected`` so calls share one connection."""
+
+    def __init__(self, local: LayeredEncoder, recipe: EncoderRecipe, options: RayOptions) -> None:
+        self.local, self.recipe, self.options = local, recipe, options
+        self.name, self.dim, self.layer = local.name, local.dim, local.layer
+        self.fingerprint, self.runtime = local.fingerprint, local.runtime
+        self.encoded_on = options.description
+
+    def all_layers(self) -> list[Layer]:
+        return self.local.all_layers()
+
+    def at_layer(self, layer: Layer) -> RayEncoder:
+        return RayEncoder(self.local.at_layer(layer), self.recipe, self.options)
+
+    def encode_layers(
+        self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False
+    ) -> dict[Layer, np.ndarray]:
+        return encode_texts(self.recipe, texts, layers, self.options, progress)
+
+    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
+        return self.encode_layers(texts, [self.layer], batch_size, progress)[self.layer]

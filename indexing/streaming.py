@@ -1,0 +1,215 @@
+"""Dense indexes built as a stream, for corpora too big to hold: the corpus is read a shard at a time, its
+vectors are written to disk shard by shard, the correction and FAISS are fitted on a random sample of them,
+and the shards are then added one by one into inverted lists that stay on disk (FAISS's ``merge_ondisk``).
+
+A build of N documents holds the sample and one shard, not N; serving holds neither (the lists and the
+document table are read from disk). Rows are in the corpus file's order (the in-memory build sorts ids).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import faiss
+import numpy as np
+from faiss.contrib.ondisk import merge_ondisk
+from tqdm import tqdm
+
+from cone.data.loaders import CORPUS_FIELDS, CorpusFingerprint, corpus_doc, doc_text, iter_corpus, parse_jsonl_line
+from cone.encoders.base import Encoder
+from cone.errors import ClusterError, InputError
+from cone.geometry import unit_rows
+from cone.indexing import postprocess as pp
+from cone.indexing import store
+from cone.indexing.dense import (
+    INDEX_FILE,
+    IVF_DATA,
+    PARAMS_FILE,
+    CorpusIdentity,
+    correct_vectors,
+    dense_manifest,
+    set_search_params,
+)
+from cone.output import native_stdout_silenced
+
+SHARDS = "shards"  # scratch folder of the build: raw vectors and per-shard inverted lists, removed at the end
+Document = tuple[str, dict[str, str]]
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    shard_size: int = 50_000  # documents encoded and added at a time
+    sample_size: int = 65_536  # vectors that fit the correction, measure the geometry and train FAISS
+    seed: int = 0  # of the sample
+
+    def __post_init__(self) -> None:
+        if self.shard_size < 1 or self.sample_size < 2:
+            raise InputError(f"--shard-size must be ≥ 1 and --sample-size ≥ 2 ({self.shard_size}, {self.sample_size})")
+
+
+def check_streamable(factory: str, dim: int) -> None:
+    """Only inverted lists can live on disk: a streamed build needs an IVF factory (IVF4096,Flat; IVF4096,PQ32)."""
+    try:
+        faiss.extract_index_ivf(faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT))
+    except RuntimeError as exc:
+        reason = str(exc).splitlines()[-1][:120]
+        if "not an IVF" not in reason and "IVF" in factory:
+            raise InputError(f"invalid --index-factory {factory!r}: {reason}") from None
+        raise InputError(
+            f"--stream needs an IVF factory such as IVF1024,Flat or IVF1024,PQ32, not {factory!r}: only "
+            "inverted lists can stay on disk"
+        ) from None
+
+
+def _local_batches(encoder: Encoder, folder: Path, shard_size: int) -> Iterator[tuple[list[Document], np.ndarray]]:
+    documents = iter_corpus(folder)
+    while docs := list(islice(documents, shard_size)):
+        yield docs, encoder.encode([doc_text(doc) for _, doc in docs])
+
+
+def _cluster_batches(encoder: Encoder, folder: Path, bar: tqdm) -> Iterator[tuple[list[Document], np.ndarray]]:
+    """The corpus read and encoded by Ray (cone.encoders.cluster); each line is checked again here, where the
+    table is written, and a count short of the file's is an error, never a short index."""
+    from cone.encoders.cluster import encode_corpus_lines
+
+    corpus_file = folder / "corpus.jsonl"
+    got = 0
+    for lines, vectors in encode_corpus_lines(encoder.recipe, corpus_file, encoder.layer, encoder.options, bar.update):
+        where = f"{corpus_file} document {{}}"
+        records = [
+            parse_jsonl_line(line.encode(), where.format(got + i + 1), *CORPUS_FIELDS) for i, line in enumerate(lines)
+        ]
+        got += len(lines)
+        yield [corpus_doc(r) for r in records], vectors
+    expected = _count_documents(corpus_file)
+    if got != expected:
+        raise ClusterError(f"the cluster returned {got:,} of {expected:,} documents; no index was written")
+
+
+def _count_documents(corpus_file: Path) -> int:
+    with corpus_file.open("rb") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+class _ShardWriter:
+    """Raw vectors to shard files of ``size`` rows, the document table and the corpus fingerprint, as they come."""
+
+    def __init__(self, folder: Path, size: int) -> None:
+        self.folder, self.size = folder, size
+        self.shards: list[Path] = []
+        self.docs = store.DocWriter(folder.parent)
+        self.fingerprint = CorpusFingerprint()
+        self._pending: list[np.ndarray] = []
+
+    def add(self, docs: list[Document], vectors: np.ndarray) -> None:
+        for doc_id, doc in docs:
+            self.docs.add(doc_id, doc["title"], doc["text"])
+            self.fingerprint.add(doc_id, doc)
+        self._pending.append(np.asarray(vectors, dtype=np.float32))
+        while sum(len(v) for v in self._pending) >= self.size:
+            self._flush(self.size)
+
+    def close(self) -> None:
+        if self._pending:
+            self._flush(sum(len(v) for v in self._pending))
+        self.docs.close()
+
+    def _flush(self, rows: int) -> None:
+        pending = np.concatenate(self._pending)
+        path = self.folder / f"raw-{len(self.shards):05d}.npy"
+        np.save(path, pending[:rows])
+        self.shards.append(path)
+        self._pending = [pending[rows:]] if rows < len(pending) else []
+
+
+def _sample(shards: list[Path], n_docs: int, options: StreamOptions) -> np.ndarray:
+    """A uniform sample of rows without replacement, gathered shard by shard from the memory-mapped files."""
+    rows = np.sort(np.random.default_rng(options.seed).choice(n_docs, min(options.sample_size, n_docs), replace=False))
+    parts, start = [], 0
+    for path in shards:
+        vectors = np.load(path, mmap_mode="r")
+        inside = rows[(rows >= start) & (rows < start + len(vectors))] - start
+        parts.append(np.asarray(vectors[inside]))
+        start += len(vectors)
+    return np.concatenate(parts)
+
+
+def _fill_on_disk(index: faiss.Index, shards: list[Path], params: dict, out: Path, bar: tqdm) -> None:
+    """Each shard corrected, added to a copy of the trained index and written; then every shard's lists merged
+    into one file on disk (ids are the rows)."""
+    parts, start = [], 0
+    for number, path in enumerate(shards):
+        vectors = unit_rows(pp.apply(np.load(path), params))
+        part = faiss.clone_index(index)
+        part.add_with_ids(vectors, np.arange(start, start + len(vectors), dtype=np.int64))
+        parts.append(str(path.with_name(f"ivf-{number:05d}.index")))
+        faiss.write_index(part, parts[-1])
+        start += len(vectors)
+        bar.update(len(vectors))
+        del part
+    with native_stdout_silenced():  # FAISS reports each resize of the file with a C printf
+        merge_ondisk(index, parts, str(out / IVF_DATA))
+
+
+def _point_lists_at(index: faiss.Index, final: Path) -> None:
+    """The index file names its lists' file; name the one it will have once the build is swapped into place
+    (FAISS also finds it beside the index file if the folder moves: IO_FLAG_ONDISK_SAME_DIR)."""
+    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
+    lists.filename = str(final.resolve() / IVF_DATA)
+
+
+def build_dense_streaming(
+    encoder: Encoder,
+    dataset: Path,
+    out: Path,
+    postprocess: str = "none",
+    factory: str = "IVF1024,Flat",
+    search_params: str = "",
+    options: StreamOptions | None = None,
+    progress: bool = True,
+) -> Path:
+    """Build (or replace, atomically) the index folder ``out`` from the BEIR folder ``dataset``'s corpus.jsonl,
+    encoded here or, for a ``cone.encoders.cluster.RayEncoder``, on its Ray cluster."""
+    postprocess = pp.parse(postprocess)
+    options = options or StreamOptions()
+    check_streamable(factory, encoder.dim)
+    on_cluster = hasattr(encoder, "recipe")
+    with store.atomic_folder(out) as tmp:
+        scratch = tmp / SHARDS
+        scratch.mkdir()
+        writer = _ShardWriter(scratch, options.shard_size)
+        with tqdm(desc=f"encode {encoder.name}", unit="doc", disable=not progress) as bar:
+            batches = (
+                _cluster_batches(encoder, dataset, bar)
+                if on_cluster
+                else _local_batches(encoder, dataset, options.shard_size)
+            )
+            for docs, vectors in batches:
+                writer.add(docs, vectors)
+                bar.update(0 if on_cluster else len(docs))
+        writer.close()
+        n_docs = writer.docs.count
+        if n_docs == 0:
+            raise InputError(f"{dataset / 'corpus.jsonl'}: no documents")
+        sample = _sample(writer.shards, n_docs, options)
+        corrected = correct_vectors(sample, postprocess)
+        index = faiss.index_factory(encoder.dim, factory, faiss.METRIC_INNER_PRODUCT)
+        try:
+            index.train(corrected.vectors)
+        except RuntimeError as exc:
+            reason = str(exc).splitlines()[-1].split("Error: ")[-1][:200]
+            raise InputError(f"--index-factory {factory!r} on a sample of {len(sample):,} vectors: {reason}") from None
+        with tqdm(total=n_docs, desc="fill index on disk", unit="doc", disable=not progress) as bar:
+            _fill_on_disk(index, writer.shards, corrected.params, tmp, bar)
+        _point_lists_at(index, out)
+        set_search_params(index, search_params)
+        faiss.write_index(index, str(tmp / INDEX_FILE))
+        shutil.rmtree(scratch)
+        np.savez(tmp / PARAMS_FILE, **corrected.params)
+        identity = CorpusIdentity(dataset.name, writer.fingerprint.hexdigest(), n_docs)
+        store.write_manifest(tmp, dense_manifest(encoder, identity, corrected, factory, search_params, len(sample)))
+    return out
