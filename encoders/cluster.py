@@ -9,6 +9,7 @@ checkpoints and the pip-installed MiniLM are; an ``st:PATH`` or ``--checkpoints`
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from cone.encoders.base import TORCH, Layer, LayeredEncoder, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import ClusterError, ConeError, InputError
 
-RETRIES = 4  # restarts of a dead actor, and retries of the batch it was running, before the build fails
+BLOCK_BYTES = 1 << 20  # of corpus text read by Ray: 1 MiB (≈ 600 SciFact documents), a few batches each
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ def connected(options: RayOptions) -> Iterator[None]:
         import ray
     except ImportError:
         raise InputError("--ray needs Ray: pip install 'cone[ray]'") from None
+    _quiet(ray)
     if ray.is_initialized():
         yield
         return
@@ -101,16 +103,28 @@ def connected(options: RayOptions) -> Iterator[None]:
         ray.shutdown()
 
 
+def _quiet(ray: object) -> None:
+    """Ray Data's own progress bars and execution logs off: the command shows one bar of its own; and blocks
+    small enough that a single corpus file is spread over every actor."""
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    context.target_max_block_size = BLOCK_BYTES
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
 def _encoded(dataset: object, recipe: EncoderRecipe, layers: list[Layer], options: RayOptions) -> object:
+    """The encoding stage. A dead actor is restarted and its batch retried (Ray Data's defaults for an actor
+    pool); an error an actor raises itself (a model its node lacks) fails the build."""
+    import ray
+
     return dataset.map_batches(
         _EncodeBatch,
         fn_constructor_args=(recipe, layers),
         batch_size=options.batch_size,
         batch_format="numpy",
-        concurrency=options.actors,
+        compute=ray.data.ActorPoolStrategy(size=options.actors),
         num_cpus=1,
-        max_restarts=RETRIES,
-        max_task_retries=RETRIES,
     )
 
 
@@ -144,7 +158,8 @@ def encode_texts(
     seen = np.zeros(len(texts), dtype=bool)
     with connected(options):
         table = pa.table({"row": np.arange(len(texts)), "text": pa.array(texts, pa.string())})
-        dataset = _encoded(ray.data.from_arrow(table), recipe, layers, options)
+        blocks = [table.slice(start, options.batch_size) for start in range(0, len(texts), options.batch_size)]
+        dataset = _encoded(ray.data.from_arrow(blocks), recipe, layers, options)
         with tqdm(total=len(texts), desc=f"encode {recipe.spec} on ray", unit="doc", disable=not progress) as bar:
             for batch in _batches(dataset):
                 rows = batch["row"]
@@ -166,7 +181,10 @@ def encode_corpus_lines(
     import ray
 
     with connected(options):
-        dataset = ray.data.read_text(str(corpus_file), drop_empty_lines=True).rename_columns({"text": "line"})
+        # Reading takes no CPU of its own: the actors hold every CPU of a small cluster, and a read task waiting
+        # for one would wait forever.
+        lines = ray.data.read_text(str(corpus_file), drop_empty_lines=True, num_cpus=0)
+        dataset = lines.rename_columns({"text": "line"})
         for batch in _batches(_encoded(dataset, recipe, [layer], options)):
             lines = [str(line) for line in batch["line"]]
             on_batch(len(lines))
