@@ -14,14 +14,18 @@ from cone.cli.options import (
     add_data_dir_option,
     add_dataset_option,
     add_progress_option,
+    add_ray_options,
     add_runtime_list_options,
     comma_list,
     factory_list,
     layer_list,
+    ray_options,
+    ray_session,
     runtimes,
 )
 from cone.data.loaders import data_dir
 from cone.encoders.base import TORCH, Layer, Runtime
+from cone.encoders.cluster import RayOptions
 from cone.encoders.registry import MODEL_NAMES
 from cone.eval import report
 from cone.eval.figures import FIGURES
@@ -93,6 +97,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--no-sts", action="store_true", help="skip STS (when no STS file is available)")
     add_runtime_list_options(p)
     p.add_argument("--json", action="store_true", help="print report.json to stdout")
+    add_ray_options(p)
     add_progress_option(p)
     p.set_defaults(handler=run_eval_command)
 
@@ -123,6 +128,7 @@ def evaluate_and_report(
     command: str | None = None,
     runtime_list: tuple[Runtime, ...] = (TORCH,),
     data_root: Path | None = None,
+    ray: RayOptions | None = None,
 ) -> tuple[dict, report.ReportFiles, list[EvalResult]]:
     """The eval and its report files; what `cone eval` and `cone demo` share. ``command``: what the report
     says produced it (default this process's command line)."""
@@ -139,6 +145,7 @@ def evaluate_and_report(
         search_params,
         runtime_list,
         data_root,
+        ray,
     )
     comparisons = compare(results, {name: pairs.scores for name, pairs in data.sts.items()})
     command = command or "cone " + shlex.join(sys.argv[1:])
@@ -157,19 +164,22 @@ def run_eval_command(args: argparse.Namespace) -> int:
     root = data_dir(args.data_dir)
     chosen_runtimes = runtimes(args.backend, args.quantize)
     data = load_eval_data(root, args.dataset, quick=args.quick, with_sts=not args.no_sts, sts_files=args.sts)
-    payload, files, results = evaluate_and_report(
-        data,
-        args.models,
-        args.postprocess,
-        args.out,
-        args.indexes or args.out / "indexes",
-        args.checkpoints,
-        not args.no_progress,
-        args.layers,
-        tuple(args.index_factory),
-        args.search_params,
-        runtime_list=chosen_runtimes,
-        data_root=root,
-    )
+    ray = ray_options(args)
+    with ray_session(ray):
+        payload, files, results = evaluate_and_report(
+            data,
+            args.models,
+            args.postprocess,
+            args.out,
+            args.indexes or args.out / "indexes",
+            args.checkpoints,
+            not args.no_progress,
+            args.layers,
+            tuple(args.index_factory),
+            args.search_params,
+            runtime_list=chosen_runtimes,
+            data_root=root,
+            ray=ray,
+        )
     print(dump_json(payload) if args.json else summary(results, files))
     return 0

@@ -11,17 +11,23 @@ from cone.cli.options import (
     add_data_dir_option,
     add_dataset_option,
     add_progress_option,
+    add_ray_options,
     add_runtime_options,
     layer,
+    positive_int,
+    ray_options,
+    ray_session,
 )
-from cone.data.loaders import data_dir, load_beir
+from cone.data.loaders import data_dir, dataset_folder, load_beir
 from cone.encoders.base import Runtime
+from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions
 from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing import store
 from cone.indexing.dense import DEFAULT_FACTORY, build_dense
 from cone.indexing.lexical import build_bm25
+from cone.indexing.streaming import StreamOptions, build_dense_streaming, check_streamable
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -50,6 +56,27 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
     add_runtime_options(p)
+    stream = p.add_argument_group(
+        "streaming build",
+        "For corpora too big to hold: documents are read and written a shard at a time, the correction and FAISS "
+        "are fitted on a random sample, and the inverted lists and the document table stay on disk (served from "
+        "there too). Needs an IVF factory (--index-factory IVF1024,Flat or IVF1024,PQ32). Rows follow the "
+        "corpus file's order.",
+    )
+    stream.add_argument("--stream", action="store_true", help="build as a stream (see above)")
+    stream.add_argument(
+        "--shard-size",
+        type=positive_int,
+        default=StreamOptions.shard_size,
+        help="documents per shard (default %(default)s)",
+    )
+    stream.add_argument(
+        "--sample-size",
+        type=positive_int,
+        default=StreamOptions.sample_size,
+        help="vectors that fit the correction, measure the geometry and train FAISS (default %(default)s)",
+    )
+    add_ray_options(p)
     add_checkpoints_option(p)
     add_progress_option(p)
     p.set_defaults(handler=run_index)
@@ -59,22 +86,34 @@ def run_index(args: argparse.Namespace) -> int:
     postprocess = pp.parse(args.postprocess)
     runtime = Runtime(args.backend, args.quantize)
     check_model_name(args.model)
-    if args.model == "bm25" and (postprocess != "none" or runtime.tag != "torch"):
-        raise InputError("--postprocess, --backend and --quantize apply to dense models, not bm25")
+    ray = ray_options(args)
+    if args.model == "bm25" and (postprocess != "none" or runtime.tag != "torch" or args.stream or ray):
+        raise InputError("--postprocess, --backend, --quantize, --stream and --ray apply to dense models, not bm25")
     root = data_dir(args.data_dir)
-    dataset = load_beir(root, args.dataset)
     progress = not args.no_progress
     if args.model == "bm25":
-        out = build_bm25(dataset, args.out / "bm25", progress)
+        out = build_bm25(load_beir(root, args.dataset), args.out / "bm25", progress)
     else:
-        out = build_dense(
-            load_encoder(args.model, args.checkpoints, args.layer, runtime, root),
-            dataset,
-            args.out / store.index_name(args.model, postprocess, args.layer, runtime=runtime),
-            postprocess,
-            args.index_factory,
-            progress,
-            args.search_params,
-        )
+        with ray_session(ray):
+            out = _build_dense(args, postprocess, runtime, root, ray, progress)
     print(f"index written to {out}")
     return 0
+
+
+def _build_dense(
+    args: argparse.Namespace, postprocess: str, runtime: Runtime, root: Path, ray: RayOptions | None, progress: bool
+) -> Path:
+    encoder = load_encoder(args.model, args.checkpoints, args.layer, runtime, root)
+    if args.stream:
+        check_streamable(args.index_factory, encoder.dim)  # before any encoding
+    if ray is not None:
+        encoder = RayEncoder(encoder, EncoderRecipe(args.model, args.checkpoints, runtime, root), ray)
+    out = args.out / store.index_name(args.model, postprocess, args.layer, runtime=runtime)
+    if args.stream:
+        options = StreamOptions(args.shard_size, args.sample_size)
+        folder = dataset_folder(root, args.dataset)
+        return build_dense_streaming(
+            encoder, folder, out, postprocess, args.index_factory, args.search_params, options, progress
+        )
+    dataset = load_beir(root, args.dataset)
+    return build_dense(encoder, dataset, out, postprocess, args.index_factory, progress, args.search_params)

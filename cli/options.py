@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from cone.data.loaders import DATA_DIR_ENV
 from cone.encoders.base import BACKENDS, QUANTIZATIONS, SUPPORTED, Runtime
+from cone.encoders.cluster import RayOptions, connected
 from cone.errors import InputError
 from cone.models.checkpoint import CHECKPOINTS_ENV
 
@@ -162,3 +164,35 @@ def choice_list(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
         return items
 
     return parse
+
+
+def add_ray_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "Ray cluster",
+        "Encode the corpus on a Ray cluster (pip install 'cone[ray]'): the corpus becomes a Ray Dataset, a pool of "
+        "actors encodes it (one encoder loaded per actor), the vectors come back in corpus order and the index is "
+        "built here as without --ray. Every node needs cone installed and the model's files at the same paths.",
+    )
+    group.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="a running cluster (`ray start --head` prints its ADDRESS, e.g. 10.0.0.1:6379); without ADDRESS a "
+        "local cluster is started for the command",
+    )
+    group.add_argument("--ray-actors", type=positive_int, default=2, help="encoders at once, one CPU each (default 2)")
+    group.add_argument("--ray-batch-size", type=positive_int, default=256, help="texts per actor call (default 256)")
+
+
+def ray_options(args: argparse.Namespace) -> RayOptions | None:
+    """--ray's options, or None without --ray (and then nothing about Ray is imported)."""
+    if args.ray is None:
+        return None
+    return RayOptions(args.ray or None, args.ray_actors, args.ray_batch_size)
+
+
+def ray_session(options: RayOptions | None) -> AbstractContextManager[None]:
+    """One connection to the cluster for the whole command (nothing without --ray)."""
+    return nullcontext() if options is None else connected(options)

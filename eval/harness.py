@@ -15,6 +15,7 @@ import numpy as np
 
 from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
 from cone.encoders.base import TORCH, Encoder, Layer, LayeredEncoder, Runtime
+from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions
 from cone.encoders.registry import check_model_name, load_encoder
 from cone.errors import DamagedIndex, InputError, ModelUnavailable
 from cone.eval import metrics
@@ -322,6 +323,7 @@ def run_eval(
     search_params: str = "",
     runtimes: tuple[Runtime, ...] = (TORCH,),
     data_root: Path | None = None,
+    ray: RayOptions | None = None,
 ) -> list[EvalResult]:
     """One result per (model, runtime, layer, post-processing, factory); an unavailable model's results carry
     its reason.
@@ -329,7 +331,8 @@ def run_eval(
     ``layers``: which space of each dense model ("last": its own output; "emb"; a block number), or ``"all"``
     (emb and every block of each model). ``runtimes``: what runs each dense model's forward pass (torch,
     OpenVINO, ...; the LMs run on torch only, and say so in their rows); ``data_root``: the data dir whose LM
-    text calibrates a first int8 export."""
+    text calibrates a first int8 export. ``ray``: encode with a Ray cluster's actors instead of this process (the
+    caller holds the connection: ``cone.encoders.cluster.connected``)."""
     for model in models:
         check_model_name(model)
     specs = [pp.parse(s) for s in postprocesses]
@@ -337,7 +340,8 @@ def run_eval(
     results: list[EvalResult] = []
     for model in models:
         for runtime in (TORCH,) if model == "bm25" else dict.fromkeys(runtimes):
-            found = _evaluate_model(model, runtime, specs, data, indexes, checkpoints, layers, options, data_root)
+            where = _Placement(checkpoints, data_root, ray)
+            found = _evaluate_model(model, runtime, specs, data, indexes, layers, options, where)
             for result in found:
                 result.runtime = runtime.tag
                 if on_result is not None:
@@ -346,24 +350,34 @@ def run_eval(
     return results
 
 
+@dataclass(frozen=True)
+class _Placement:
+    """Where a model's files are, and where it encodes (this process, or a Ray cluster)."""
+
+    checkpoints: Path | None
+    data_root: Path | None
+    ray: RayOptions | None
+
+
 def _evaluate_model(
     model: str,
     runtime: Runtime,
     specs: list[str],
     data: EvalData,
     indexes: Path,
-    checkpoints: Path | None,
     layers: list[Layer] | str,
     options: SweepOptions,
-    data_root: Path | None,
+    where: _Placement,
 ) -> list[EvalResult]:
     if model == "bm25":
         return [evaluate_bm25(data, indexes, options.progress)]
     try:
-        encoder = load_encoder(model, checkpoints, runtime=runtime, data_root=data_root)
+        encoder = load_encoder(model, where.checkpoints, runtime=runtime, data_root=where.data_root)
     except ModelUnavailable as exc:
         return [EvalResult(model, spec, None, reason=exc.explanation) for spec in specs]
     except InputError as exc:  # e.g. an LM asked to run on OpenVINO
         return [EvalResult(model, spec, None, reason=str(exc)) for spec in specs]
+    if where.ray is not None:
+        encoder = RayEncoder(encoder, EncoderRecipe(model, where.checkpoints, runtime, where.data_root), where.ray)
     chosen = encoder.all_layers() if layers == ALL_LAYERS else list(dict.fromkeys(layers))
     return evaluate_layers(encoder, model, chosen, specs, data, indexes, options)
