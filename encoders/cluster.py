@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from cone.encoders.base import TORCH, Layer, LayeredEncoder, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import ClusterError, ConeError, InputError
 
+CONNECT_SECONDS = 5
 BLOCK_BYTES = 1 << 20  # of corpus text read by Ray: 1 MiB (≈ 600 SciFact documents), a few batches each
 
 
@@ -92,6 +94,8 @@ def connected(options: RayOptions) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
+    if options.address:
+        _check_reachable(options.address)
     try:
         ray.init(address=options.address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -103,14 +107,25 @@ def connected(options: RayOptions) -> Iterator[None]:
         ray.shutdown()
 
 
+def _check_reachable(address: str) -> None:
+    """Ray retries an unreachable head for minutes; a head that does not even accept a connection is said at once."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as exc:
+        raise ClusterError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
 def _quiet(ray: object) -> None:
     """Ray Data's own progress bars and execution logs off: the command shows one bar of its own; and blocks
     small enough that a single corpus file is spread over every actor."""
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # first: turning the bars off is itself a warning
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.print_on_execution_start = False
     context.target_max_block_size = BLOCK_BYTES
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
 def _encoded(dataset: object, recipe: EncoderRecipe, layers: list[Layer], options: RayOptions) -> object:

@@ -1,0 +1,153 @@
+"""Encoding on a real local Ray cluster (2 worker CPUs, no mock): the same vectors, manifest and answers as the
+local build; a killed actor is replaced and the build completes; a short result is an error, never an index."""
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+
+from cone.cli import main
+from cone.encoders import cluster
+from cone.errors import ClusterError
+from cone.indexing import store
+from cone.indexing.open import open_index
+
+ACTOR = "_EncodeBatch"  # the actor class: its processes are titled ray::_EncodeBatch...
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 2**20)
+    yield
+    ray.shutdown()
+
+
+def index_argv(beir: Path, checkpoints: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "index", "--model", "baseline", "--data-dir", str(beir), "--dataset", "tiny",
+        "--checkpoints", str(checkpoints), "--out", str(out), "--no-progress", *extra,
+    ]  # fmt: skip
+
+
+def manifest_of(folder: Path) -> dict:
+    return json.loads((folder / store.MANIFEST).read_text())
+
+
+def same_but_how_built(local: dict, on_ray: dict) -> None:
+    """Every field equal but encoded_on and created; the instruments to float noise (the vectors differ by it)."""
+    assert local["encoded_on"] == "local" and on_ray["encoded_on"].startswith("ray (local cluster, 2 actors")
+    numbers = ("geometry", "geometry_raw", "random_pair_cosines")
+    for key in local.keys() - {"encoded_on", "created", *numbers}:
+        assert local[key] == on_ray[key], key
+    for key in numbers:
+        flat = {k: v for k, v in local[key].items() if k != "histogram"}
+        assert {k: on_ray[key][k] for k in flat} == pytest.approx(flat, rel=1e-4, abs=1e-6), key
+    assert on_ray["random_pair_cosines"]["histogram"] == local["random_pair_cosines"]["histogram"]
+
+
+def answers(folder: Path, checkpoints: Path) -> list[list[tuple[str, float]]]:
+    found = open_index(folder, checkpoints).search(["cell protein expression", "gene therapy", "doc 3"], 10)
+    return [[(h.doc_id, round(h.score, 4)) for h in found.hits(i)] for i in range(3)]
+
+
+def test_an_unreachable_cluster_is_one_line(tmp_path, shared_tiny_beir, tiny_checkpoints, capsys):
+    """Runs first, before the module's cluster is up (a connected process reuses its connection)."""
+    assert not ray.is_initialized()
+    argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path, "--ray", "127.0.0.1:1")
+    assert main(argv) == ClusterError.exit_code
+    err = capsys.readouterr().err.strip()
+    assert err == "cone: cluster: cannot reach the Ray cluster at 127.0.0.1:1: Connection refused"
+
+
+def test_ray_build_equals_the_local_build(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
+    monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "local")) == 0
+    argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", "--ray", "--ray-batch-size", "8")
+    assert main(argv) == 0
+    local, on_ray = tmp_path / "local" / "baseline", tmp_path / "ray" / "baseline"
+    a, b = open_index(local, tiny_checkpoints), open_index(on_ray, tiny_checkpoints)
+    np.testing.assert_allclose(b.doc_vectors(), a.doc_vectors(), atol=1e-5)
+    same_but_how_built(manifest_of(local), manifest_of(on_ray))
+    assert answers(local, tiny_checkpoints) == answers(on_ray, tiny_checkpoints)
+
+
+def test_streamed_ray_build_equals_the_streamed_local_build(
+    local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path
+):
+    stream = ("--stream", "--index-factory", "IVF4,Flat", "--search-params", "nprobe=4", "--shard-size", "9")
+    assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "local", *stream)) == 0
+    on_ray = (*stream, "--ray", "--ray-batch-size", "8")
+    assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", *on_ray)) == 0
+    local, ray_built = tmp_path / "local" / "baseline", tmp_path / "ray" / "baseline"
+    same_but_how_built(manifest_of(local), manifest_of(ray_built))
+    assert answers(local, tiny_checkpoints) == answers(ray_built, tiny_checkpoints)
+    assert (local / store.DOCS).read_bytes() == (ray_built / store.DOCS).read_bytes()
+
+
+def _actor_pids() -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                title = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if title.startswith("ray::") and ACTOR in title:
+                found.append(int(proc.name))
+    return found
+
+
+def test_a_killed_actor_is_replaced_and_the_build_completes(
+    local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
+):
+    """After the first batch comes back, one actor's process is killed (SIGKILL): Ray restarts it and retries
+    its batch, and the vectors are the local ones, every row once."""
+    batches, killed = cluster._batches, []
+
+    def kill_one_after_the_first(dataset):
+        for number, batch in enumerate(batches(dataset)):
+            if number == 0:
+                pids = _actor_pids()
+                assert pids, "no actor process found"
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+            yield batch
+
+    monkeypatch.setattr(cluster, "_batches", kill_one_after_the_first)
+    monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
+    argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", "--ray", "--ray-batch-size", "4")
+    assert main(argv) == 0 and killed
+    assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "local")) == 0
+    a = open_index(tmp_path / "local" / "baseline", tiny_checkpoints)
+    b = open_index(tmp_path / "ray" / "baseline", tiny_checkpoints)
+    np.testing.assert_allclose(b.doc_vectors(), a.doc_vectors(), atol=1e-5)
+
+
+def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
+    """Were a batch ever lost (it is not: Ray retries), the build would say so and write nothing."""
+    batches = cluster._batches
+
+    def losing_one(dataset):
+        for number, batch in enumerate(batches(dataset)):
+            if number != 1:
+                yield batch
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cluster, "_batches", losing_one)
+        mp.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
+        argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", "--ray", "--ray-batch-size", "8")
+        assert main(argv) == ClusterError.exit_code
+        stream = ("--stream", "--index-factory", "IVF4,Flat")
+        argv = index_argv(
+            shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", *stream, "--ray", "--ray-batch-size", "8"
+        )
+        assert main(argv) == ClusterError.exit_code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == "cone: cluster: the cluster returned 32 of 40 vectors; no index was written"
+    assert re.fullmatch(r"cone: cluster: the cluster returned [0-9]+ of 40 documents; no index was written", lines[-1])
+    assert not (tmp_path / "ray").exists() or not any((tmp_path / "ray").iterdir())
