@@ -73,6 +73,17 @@ class _EncodeBatch:
         return {**batch, **{f"layer{i}": found[layer] for i, layer in enumerate(self.layers)}}
 
 
+def _actor_class(recipe: EncoderRecipe, layers: list[Layer]) -> type:
+    """The actor class with its recipe inside: constructor arguments would sit in the object store, and Ray
+    warns on every restartable actor whose arguments do."""
+
+    class EncodeBatch(_EncodeBatch):
+        def __init__(self) -> None:
+            super().__init__(recipe, layers)
+
+    return EncodeBatch
+
+
 def _line_text(line: str) -> str:
     """The text of one corpus.jsonl line; the driver validates the same line again when it writes the table."""
     try:
@@ -134,8 +145,7 @@ def _encoded(dataset: object, recipe: EncoderRecipe, layers: list[Layer], option
     import ray
 
     return dataset.map_batches(
-        _EncodeBatch,
-        fn_constructor_args=(recipe, layers),
+        _actor_class(recipe, layers),
         batch_size=options.batch_size,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=options.actors),
@@ -172,7 +182,10 @@ def encode_texts(
     out = {layer: None for layer in layers}
     seen = np.zeros(len(texts), dtype=bool)
     with connected(options):
-        table = pa.table({"row": np.arange(len(texts)), "text": pa.array(texts, pa.string())})
+        # Sorted by length, as the local encoders sort, so a batch pads little; rows say where each goes back.
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        ordered = pa.array([texts[i] for i in order], pa.string())
+        table = pa.table({"row": order, "text": ordered})
         blocks = [table.slice(start, options.batch_size) for start in range(0, len(texts), options.batch_size)]
         dataset = _encoded(ray.data.from_arrow(blocks), recipe, layers, options)
         with tqdm(total=len(texts), desc=f"encode {recipe.spec} on ray", unit="doc", disable=not progress) as bar:

@@ -17,7 +17,7 @@ from cone.errors import ClusterError
 from cone.indexing import store
 from cone.indexing.open import open_index
 
-ACTOR = "_EncodeBatch"  # the actor class: its processes are titled ray::_EncodeBatch...
+ACTOR = "EncodeBatch"  # the actor class: its processes are titled ray::...EncodeBatch...
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +151,21 @@ def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir
     assert lines[0] == "cone: cluster: the cluster returned 32 of 40 vectors; no index was written"
     assert re.fullmatch(r"cone: cluster: the cluster returned [0-9]+ of 40 documents; no index was written", lines[-1])
     assert not (tmp_path / "ray").exists() or not any((tmp_path / "ray").iterdir())
+
+
+def test_eval_with_ray_gives_the_local_rows(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
+    """Every layer of the sweep encoded by the actors (one forward pass for all layers, as locally)."""
+    monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["eval", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir), "--checkpoints", str(tiny_checkpoints)]
+    argv += ["--models", "baseline", "--layers", "emb,last", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "local")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "ray"), "--ray", "--ray-batch-size", "8"]) == 0
+    rows = {}
+    for where in ("local", "ray"):
+        report = json.loads((tmp_path / where / "report.json").read_text())
+        metrics = [(r["layer"], k, v) for r in report["results"] for k, v in r["metrics"].items()]
+        rows[where] = {(layer, k): v for layer, k, v in metrics if isinstance(v, float | int)}
+    assert rows["ray"].keys() == rows["local"].keys() and len(rows["local"]) > 10
+    assert rows["ray"] == pytest.approx(rows["local"], rel=1e-4, abs=1e-6)
+    built = manifest_of(tmp_path / "ray" / "indexes" / "baseline-layeremb")
+    assert built["encoded_on"].startswith("ray (")

@@ -1,0 +1,153 @@
+"""Peak memory of a streamed build against the in-memory build of the same index, and of serving each, on a
+synthetic corpus of a million documents.
+
+Encoding a million texts with a transformer would take hours on 2 cores, so the encoder is the cheapest real
+one cone has: the baseline LM at layer ``emb`` (the mean of its token embeddings; no transformer block runs).
+Its vectors, the correction, FAISS and the files go through exactly the code `cone index` runs. The documents
+are made here (random words of the baseline tokenizer's vocabulary, 8-40 per document, a title of 2-5), so
+nothing of a dataset is copied. Both builds are `cone index` subprocesses with the same factory; each peak is
+the child's own maximum resident set (wait4). Each index is then served by `cone serve`, asked one /search,
+and its resident memory read from /proc.
+
+Usage: python benchmarks/stream_bench.py [--docs 1000000] [--factory IVF1024,Flat] [--work DIR] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from cone.models.checkpoint import checkpoints_dir
+
+MODEL, LAYER, INDEX = "baseline", "emb", "baseline-layeremb"
+
+
+def vocabulary() -> list[str]:
+    tokenizer = Tokenizer.from_file(str(checkpoints_dir() / MODEL / "tokenizer.json"))
+    words = [w.lstrip("Ġ") for w in tokenizer.get_vocab()]
+    return sorted({w for w in words if w.isascii() and w.isalpha() and len(w) >= 3})
+
+
+def write_corpus(folder: Path, n_docs: int, seed: int = 0) -> Path:
+    """A BEIR folder of ``n_docs`` made-up documents (and one query, which `cone index` does not read)."""
+    words = np.array(vocabulary())
+    rng = np.random.default_rng(seed)
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    with (folder / "corpus.jsonl").open("w") as out:
+        for start in range(0, n_docs, 10_000):
+            rows = min(10_000, n_docs - start)
+            lengths, titles = rng.integers(8, 41, rows), rng.integers(2, 6, rows)
+            drawn = words[rng.integers(0, len(words), int(lengths.sum() + titles.sum()))]
+            at = 0
+            for i in range(rows):
+                title = " ".join(drawn[at : at + titles[i]])
+                at += titles[i]
+                text = " ".join(drawn[at : at + lengths[i]])
+                at += lengths[i]
+                out.write(json.dumps({"_id": f"s{start + i}", "title": title, "text": text}) + "\n")
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q0", "text": " ".join(words[:5])}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\ts0\t1\n")
+    return folder
+
+
+def peak_build(folder: Path, out: Path, factory: str, stream: bool, cache: Path) -> dict:
+    argv = [sys.executable, "-m", "cone", "index", "--model", MODEL, "--layer", LAYER, "--dataset", str(folder)]
+    argv += ["--out", str(out), "--index-factory", factory, "--search-params", "nprobe=16", "--no-progress"]
+    argv += ["--stream"] if stream else []
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, env={**os.environ, "CONE_CACHE_DIR": str(cache)})
+    _, status, usage = os.wait4(child.pid, 0)
+    if status != 0:
+        raise SystemExit(f"build failed ({status}): {' '.join(argv)}")
+    return {"seconds": round(time.perf_counter() - start, 1), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def served(indexes: Path) -> dict:
+    """`cone serve` over ``indexes``: its resident memory after loading and after one search."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cone", "serve", "--indexes", str(indexes), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                models = json.load(urllib.request.urlopen(f"{base}/models", timeout=5))["models"]
+                if any(m["name"] == INDEX and m["available"] for m in models):
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        query = urllib.parse.urlencode({"model": INDEX, "q": "protein folding energy", "k": 5})
+        hits = json.load(urllib.request.urlopen(f"{base}/search?{query}", timeout=60))["hits"]
+        status = Path(f"/proc/{server.pid}/status").read_text()
+        memory = {line.split(":")[0]: int(line.split()[1]) for line in status.splitlines() if line.startswith("Vm")}
+        return {"rss_mib": round(memory["VmRSS"] / 1024, 1), "peak_rss_mib": round(memory["VmHWM"] / 1024, 1),
+                "hits": len(hits), "top_hit": hits[0]["doc_id"] if hits else None}  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=1_000_000)
+    parser.add_argument("--factory", default="IVF1024,Flat")
+    parser.add_argument("--work", type=Path, default=None, help="scratch folder (default a temporary one, removed)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="cone-stream-bench-"))
+    try:
+        folder = write_corpus(work / "synthetic", args.docs)
+        result = {"docs": args.docs, "factory": args.factory, "encoder": f"{MODEL} layer {LAYER}"}
+        for name, stream in (("in_memory", False), ("streamed", True)):
+            result[name] = peak_build(folder, work / name, args.factory, stream, work / "cache")
+            result[name]["serve"] = served(work / name)
+            shutil.rmtree(work / "cache", ignore_errors=True)
+        result["build_peak_ratio"] = round(result["streamed"]["peak_rss_mib"] / result["in_memory"]["peak_rss_mib"], 3)
+        result["serve_rss_ratio"] = round(
+            result["streamed"]["serve"]["rss_mib"] / result["in_memory"]["serve"]["rss_mib"], 3
+        )
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result, indent=2) if args.json else _summary(result))
+
+
+def _summary(result: dict) -> str:
+    lines = [f"{result['docs']:,} documents, {result['factory']}, encoder {result['encoder']}"]
+    for name in ("in_memory", "streamed"):
+        r = result[name]
+        lines.append(
+            f"  {name:9}  build {r['seconds']:7.1f} s, peak {r['peak_rss_mib']:8.1f} MiB;"
+            f"  serve RSS {r['serve']['rss_mib']:7.1f} MiB ({r['serve']['hits']} hits)"
+        )
+    lines.append(
+        f"  streamed / in-memory: build peak {result['build_peak_ratio']:.3f}x, serve {result['serve_rss_ratio']:.3f}x"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
