@@ -6,10 +6,14 @@ one cone has: the baseline LM at layer ``emb`` (the mean of its token embeddings
 Its vectors, the correction, FAISS and the files go through exactly the code `cone index` runs. The documents
 are made here (random words of the baseline tokenizer's vocabulary, 8-40 per document, a title of 2-5), so
 nothing of a dataset is copied. Both builds are `cone index` subprocesses with the same factory; each peak is
-the child's own maximum resident set (wait4). Each index is then served by `cone serve`, asked one /search,
-and its resident memory read from /proc.
+the child's own maximum resident set (wait4), split by sampling /proc into anonymous memory and pages of
+mapped files (FAISS maps the inverted lists while it merges them; the kernel can drop those pages). The
+streamed build then runs again inside a memory cgroup limited to a quarter of the in-memory peak (root and
+cgroup v1 only; skipped with the reason otherwise): completing there is what it needs. Each index is then
+served by `cone serve`, asked one /search, and its resident memory read from /proc.
 
-Usage: python benchmarks/stream_bench.py [--docs 1000000] [--factory IVF1024,Flat] [--work DIR] [--json]
+Usage: python benchmarks/stream_bench.py [--docs 1000000] [--factory IVF1024,Flat] [--limit-fraction 0.24] [--work DIR]
+       [--json]
 """
 
 from __future__ import annotations
@@ -63,12 +67,16 @@ def write_corpus(folder: Path, n_docs: int, seed: int = 0) -> Path:
     return folder
 
 
-def peak_build(folder: Path, out: Path, factory: str, stream: bool, cache: Path) -> dict:
+MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")  # cgroup v1's memory controller (root only)
+
+
+def peak_build(folder: Path, out: Path, factory: str, stream: bool, cache: Path, cgroup: Path | None = None) -> dict:
     argv = [sys.executable, "-m", "cone", "index", "--model", MODEL, "--layer", LAYER, "--dataset", str(folder)]
     argv += ["--out", str(out), "--index-factory", factory, "--search-params", "nprobe=16", "--no-progress"]
     argv += ["--stream"] if stream else []
     start = time.perf_counter()
-    child = subprocess.Popen(argv, env={**os.environ, "CONE_CACHE_DIR": str(cache)})
+    join = None if cgroup is None else lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+    child = subprocess.Popen(argv, env={**os.environ, "CONE_CACHE_DIR": str(cache)}, preexec_fn=join)
     peaks = {"RssAnon": 0, "RssFile": 0}
     while True:  # sampled: what of the resident set is the process's own, what is mapped files
         done, status, usage = os.wait4(child.pid, os.WNOHANG)
@@ -76,15 +84,34 @@ def peak_build(folder: Path, out: Path, factory: str, stream: bool, cache: Path)
             break
         peaks = {key: max(value, resident(child.pid).get(key, 0)) for key, value in peaks.items()}
         time.sleep(0.2)
-    if status != 0:
+    if status != 0 and cgroup is None:
         raise SystemExit(f"build failed ({status}): {' '.join(argv)}")
     peak = usage.ru_maxrss  # this child's own peak resident set, in KiB
     return {
+        "completed": status == 0,
         "seconds": round(time.perf_counter() - start, 1),
         "peak_rss_mib": round(peak / 1024, 1),
         "peak_anonymous_mib": round(peaks["RssAnon"] / 1024, 1),
         "peak_file_backed_mib": round(peaks["RssFile"] / 1024, 1),
     }
+
+
+def limited_build(folder: Path, out: Path, factory: str, cache: Path, limit_mib: float) -> dict:
+    """The streamed build again, in a memory cgroup of ``limit_mib``: the kernel must then reclaim mapped index
+    pages instead of letting them pile up, so completing shows what the build needs, not what it touched."""
+    group = MEMORY_CGROUP / f"cone-stream-bench-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(int(limit_mib * 2**20)))
+    except OSError as exc:
+        return {"skipped": f"no memory cgroup to run in ({exc.strerror}: needs root and cgroup v1's memory controller)"}
+    try:
+        result = peak_build(folder, out, factory, True, cache, group)
+        result["limit_mib"] = round(limit_mib, 1)
+        result["times_the_limit_was_hit"] = int((group / "memory.failcnt").read_text())
+        return result
+    finally:
+        group.rmdir()
 
 
 def resident(pid: int) -> dict[str, int]:
@@ -139,6 +166,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=1_000_000)
     parser.add_argument("--factory", default="IVF1024,Flat")
+    parser.add_argument(
+        "--limit-fraction", type=float, default=0.24, help="of the in-memory peak, for the cgroup run (default 0.24)"
+    )
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default a temporary one, removed)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -151,6 +181,8 @@ def main() -> None:
             result[name]["serve"] = served(work / name)
             shutil.rmtree(work / "cache", ignore_errors=True)
         streamed, in_memory = result["streamed"], result["in_memory"]
+        limit = args.limit_fraction * in_memory["peak_rss_mib"]
+        result["streamed_under_limit"] = limited_build(folder, work / "limited", args.factory, work / "cache", limit)
         result["ratios"] = {
             "build_peak_rss": round(streamed["peak_rss_mib"] / in_memory["peak_rss_mib"], 3),
             "build_peak_anonymous": round(streamed["peak_anonymous_mib"] / in_memory["peak_anonymous_mib"], 3),
@@ -178,6 +210,16 @@ def _summary(result: dict) -> str:
         f"{ratios['build_peak_anonymous']:.3f}x; serve RSS {ratios['serve_rss']:.3f}x, anonymous "
         f"{ratios['serve_anonymous']:.3f}x"
     )
+    limited = result["streamed_under_limit"]
+    if "skipped" in limited:
+        lines.append(f"  streamed under a memory limit: skipped, {limited['skipped']}")
+    else:
+        outcome = "completed" if limited["completed"] else "FAILED"
+        lines.append(
+            f"  streamed in a cgroup limited to {limited['limit_mib']:.0f} MiB: {outcome} "
+            f"in {limited['seconds']:.1f} s "
+            f"(the kernel reclaimed at the limit {limited['times_the_limit_was_hit']:,} times)"
+        )
     return "\n".join(lines)
 
 
