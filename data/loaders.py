@@ -46,22 +46,24 @@ class RetrievalDataset:
     def fingerprint(self) -> str:
         """A hash of the corpus ids and texts: an index built on other documents is refused."""
         fingerprint = CorpusFingerprint()
-        for doc_id in sorted(self.corpus):
-            fingerprint.add(doc_id, self.corpus[doc_id])
+        for doc_id, doc in self.corpus.items():
+            fingerprint.add(doc_id, doc)
         return fingerprint.hexdigest()
 
 
 class CorpusFingerprint:
-    """A hash of documents in the order they are added (the in-memory corpus: sorted ids; a stream: file order)."""
+    """A hash of a set of documents: the sum of each document's hash, so the order they come in (sorted ids in
+    memory, file order in a stream) does not change it."""
 
     def __init__(self) -> None:
-        self._hash = hashlib.sha256()
+        self._sum = 0
 
     def add(self, doc_id: str, doc: dict[str, str]) -> None:
-        self._hash.update(f"{doc_id}\x00{doc['title']}\x00{doc['text']}\x01".encode())
+        digest = hashlib.sha256(f"{doc_id}\x00{doc['title']}\x00{doc['text']}\x01".encode()).digest()
+        self._sum = (self._sum + int.from_bytes(digest[:16])) % 2**128
 
     def hexdigest(self) -> str:
-        return self._hash.hexdigest()[:16]
+        return f"{self._sum:032x}"[:16]
 
 
 ID = (str, int)  # BEIR ids: strings, or integers in some dumps (never booleans)
@@ -149,6 +151,12 @@ def corpus_doc(record: dict) -> tuple[str, dict[str, str]]:
     return str(record["_id"]), {"title": record.get("title") or "", "text": record["text"]}
 
 
+def corpus_line(raw: bytes, where: str) -> tuple[str, dict[str, str]] | None:
+    """One line of a corpus.jsonl -> (doc id, {"title", "text"}), None if blank; a bad line names ``where``."""
+    record = parse_jsonl_line(raw, where, *CORPUS_FIELDS)
+    return None if record is None else corpus_doc(record)
+
+
 def dataset_folder(root: Path, name: str) -> Path:
     """``name`` is a folder under ``root`` (scifact), or the path of any BEIR-format folder (it holds a '/':
     ./mine, /data/nfcorpus)."""
@@ -164,8 +172,13 @@ def dataset_folder(root: Path, name: str) -> Path:
 
 def iter_corpus(folder: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """A dataset's documents in file order, read as a stream (for corpora too big to hold)."""
-    for record in iter_jsonl(folder / "corpus.jsonl", *CORPUS_FIELDS):
-        yield corpus_doc(record)
+    path = folder / "corpus.jsonl"
+    if not path.is_file():
+        raise InputError(f"{path}: not found (fetch it with `cone data fetch` or pass --data-dir)")
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if (doc := corpus_line(raw, f"{path}:{number}")) is not None:
+                yield doc
 
 
 def load_beir(root: Path, name: str = "scifact", split: str = "test") -> RetrievalDataset:

@@ -8,7 +8,6 @@ checkpoints and the pip-installed MiniLM are; an ``st:PATH`` or ``--checkpoints`
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from cone.data.loaders import doc_text
+from cone.data.loaders import corpus_line, doc_text
 from cone.encoders.base import TORCH, Layer, LayeredEncoder, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import ClusterError, ConeError, InputError
@@ -68,7 +67,11 @@ class _EncodeBatch:
         self.layers = layers
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        texts = [str(t) for t in batch["text"]] if "text" in batch else [_line_text(line) for line in batch["line"]]
+        if "text" in batch:
+            texts = [str(t) for t in batch["text"]]
+        else:  # corpus lines: parsed as the local build parses them (a bad line is the same one-line error)
+            docs = [corpus_line(bytes(line), where) for line, where in zip(batch["line"], batch["where"], strict=True)]
+            texts = [doc_text(doc) for _, doc in docs]
         found = self.encoder.encode_layers(texts, self.layers)
         return {**batch, **{f"layer{i}": found[layer] for i, layer in enumerate(self.layers)}}
 
@@ -84,23 +87,15 @@ def _actor_class(recipe: EncoderRecipe, layers: list[Layer]) -> type:
     return EncodeBatch
 
 
-def _line_text(line: str) -> str:
-    """The text of one corpus.jsonl line; the driver validates the same line again when it writes the table."""
-    try:
-        record = json.loads(line)
-        return doc_text({"title": record.get("title") or "", "text": record["text"]})
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise InputError(f"corpus line {line[:60]!r}: expected a JSON object with a text") from None
-
-
 @contextmanager
 def connected(options: RayOptions) -> Iterator[None]:
     """Ray, connected to ``options.address`` or to a local cluster started here (and stopped after); a
     connection made already (by a caller, a test) is used as it is."""
     try:
         import ray
+        import ray.data
     except ImportError:
-        raise InputError("--ray needs Ray: pip install 'cone[ray]'") from None
+        raise InputError("--ray needs Ray with Ray Data: pip install 'cone[ray]'") from None
     _quiet(ray)
     if ray.is_initialized():
         yield
@@ -132,11 +127,13 @@ def _check_reachable(address: str) -> None:
 def _quiet(ray: object) -> None:
     """Ray Data's own progress bars and execution logs off: the command shows one bar of its own; and blocks
     small enough that a single corpus file is spread over every actor."""
-    logging.getLogger("ray.data").setLevel(logging.ERROR)  # first: turning the bars off is itself a warning
+    # First: turning the bars off is itself a warning; and a failed batch is told by cone, once, in one line.
+    logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.print_on_execution_start = False
     context.target_max_block_size = BLOCK_BYTES
+    context.raise_original_map_exception = True  # an actor's own error (a bad corpus line) as itself
 
 
 def _encoded(dataset: object, recipe: EncoderRecipe, layers: list[Layer], options: RayOptions) -> object:
@@ -162,10 +159,24 @@ def _batches(dataset: object) -> Iterator[dict[str, np.ndarray]]:
     try:
         yield from dataset.iter_batches(batch_size=None, batch_format="numpy")
     except ray.exceptions.RayError as exc:
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, ConeError):
-            raise cause from None
+        if (own := _cone_error(exc)) is not None:
+            own.args = (str(own).splitlines()[0],)  # Ray appends its retry advice to the message
+            raise own from None
         raise ClusterError(f"encoding failed on the cluster: {str(exc).strip().splitlines()[-1][:240]}") from None
+
+
+def _cone_error(exc: BaseException) -> ConeError | None:
+    """The ConeError an actor raised (a model its node lacks, a bad corpus line), under Ray's wrappers (one of
+    which is itself of the error's class, with the remote traceback for its message)."""
+    from ray.exceptions import RayError
+
+    for _ in range(10):
+        if exc is None:
+            return None
+        if isinstance(exc, ConeError) and not isinstance(exc, RayError):
+            return exc
+        exc = getattr(exc, "cause", None) or exc.__cause__
+    return None
 
 
 def encode_texts(
@@ -201,22 +212,68 @@ def encode_texts(
     return out
 
 
+def _byte_ranges(corpus_file: Path, size: int) -> list[tuple[int, int]]:
+    """The file cut into pieces of about ``size`` bytes, each ending at a line's end."""
+    total, starts = corpus_file.stat().st_size, [0]
+    with corpus_file.open("rb") as handle:
+        while starts[-1] + size < total:
+            handle.seek(starts[-1] + size)
+            handle.readline()
+            if handle.tell() >= total:
+                break
+            starts.append(handle.tell())
+    return list(zip(starts, [*starts[1:], total], strict=True))
+
+
+def _read_lines(corpus_file: str) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """A reading task: one byte range of the file -> its non-blank lines (split on newlines only, as Python's
+    file iteration does in the local build), each with where it starts, for error messages."""
+
+    def read(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        lines, where = [], []
+        with open(corpus_file, "rb") as handle:
+            for start, end in zip(batch["start"], batch["end"], strict=True):
+                handle.seek(int(start))
+                offset = int(start)
+                for line in handle.read(int(end) - int(start)).split(b"\n"):
+                    if line.strip():
+                        lines.append(line)
+                        where.append(f"{corpus_file} at byte {offset}")
+                    offset += len(line) + 1
+        return {"line": np.array(lines, dtype=object), "where": np.array(where, dtype=object)}
+
+    return read
+
+
 def encode_corpus_lines(
     recipe: EncoderRecipe, corpus_file: Path, layer: Layer, options: RayOptions, on_batch: Callable[[int], None]
-) -> Iterator[tuple[list[str], np.ndarray]]:
-    """The non-blank lines of a corpus.jsonl, read by Ray, and their vectors, in file order, batch by batch.
-    ``on_batch(n)`` is told each batch's size (progress)."""
+) -> Iterator[tuple[list[bytes], list[str], np.ndarray]]:
+    """The non-blank lines of a corpus.jsonl (with where each starts) and their vectors, in file order, batch by
+    batch; ``on_batch(n)`` is told each batch's size (progress).
+
+    The file is read by Ray tasks pinned to this node (the other nodes need not see it), a byte range each, so
+    no task holds the corpus; they take no CPU of their own: the actors hold every CPU of a small cluster, and a
+    reading task waiting for one would wait forever."""
     import ray
 
+    corpus_file = corpus_file.resolve()
+    if not corpus_file.is_file():
+        raise InputError(f"{corpus_file}: not found")
     with connected(options):
-        # Reading takes no CPU of its own: the actors hold every CPU of a small cluster, and a read task waiting
-        # for one would wait forever.
-        lines = ray.data.read_text(str(corpus_file), drop_empty_lines=True, num_cpus=0)
-        dataset = lines.rename_columns({"text": "line"})
-        for batch in _batches(_encoded(dataset, recipe, [layer], options)):
-            lines = [str(line) for line in batch["line"]]
+        here = ray.get_runtime_context().get_node_id()
+        ranges = _byte_ranges(corpus_file, BLOCK_BYTES)
+        pieces = ray.data.from_items([{"start": a, "end": b} for a, b in ranges], override_num_blocks=len(ranges))
+        read = pieces.map_batches(
+            _read_lines(str(corpus_file)),
+            batch_size=1,
+            batch_format="numpy",
+            num_cpus=0,
+            label_selector={"ray.io/node-id": here},
+        )
+        for batch in _batches(_encoded(read, recipe, [layer], options)):
+            lines = [bytes(line) for line in batch["line"]]
             on_batch(len(lines))
-            yield lines, batch["layer0"]
+            yield lines, [str(w) for w in batch["where"]], batch["layer0"]
 
 
 def _check_complete(got: int, expected: int) -> None:

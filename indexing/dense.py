@@ -241,12 +241,7 @@ class DenseIndex:
         self.manifest = manifest or store.read_manifest(self.folder)
         self._check_encoder(encoder)
         try:
-            # Inverted lists on disk (a streamed build) are opened where they lie, beside the index file.
-            on_disk = (self.folder / IVF_DATA).is_file()
-            with native_stdout_silenced():  # FAISS says where it found the lists, with a C printf
-                self.faiss_index = faiss.read_index(
-                    str(self.folder / INDEX_FILE), faiss.IO_FLAG_ONDISK_SAME_DIR * on_disk
-                )
+            self.faiss_index = self._read_faiss()
             with np.load(self.folder / PARAMS_FILE) as npz:
                 self.params = {k: npz[k] for k in npz.files}
         except (RuntimeError, OSError, ValueError, EOFError) as exc:
@@ -263,6 +258,17 @@ class DenseIndex:
             )
         self.docs = store.read_docs(self.folder, self.manifest.n_docs)
         self.encoder = encoder
+
+    def _read_faiss(self) -> faiss.Index:
+        """A streamed build's inverted lists stay on disk: opened read-only (the service's volume may be) from
+        beside the index file, never from the path the build recorded (another index's, if the folder moved)."""
+        path = str(self.folder / INDEX_FILE)
+        if self.manifest.fit_sample is None:  # built in memory: one file
+            return faiss.read_index(path)
+        if not (self.folder / IVF_DATA).is_file():
+            raise DamagedIndex(f"{self.folder}: a streamed index without its lists ({IVF_DATA})")
+        with native_stdout_silenced():  # FAISS says where it found the lists, with a C printf
+            return faiss.read_index(path, faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY)
 
     def _check_params(self) -> None:
         """The fitted correction on disk must be the one the manifest names, array by array."""

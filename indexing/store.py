@@ -13,6 +13,7 @@ import re
 import shutil
 import struct
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -285,6 +286,7 @@ class DocTable:
         self.file = file
         self._offsets = offsets  # row r is bytes offsets[r]:offsets[r + 1] of the file
         self._handle = file.open("rb")
+        weakref.finalize(self, self._handle.close)  # closed with the table (a reload replaces it)
 
     def __len__(self) -> int:
         return len(self._offsets) - 1

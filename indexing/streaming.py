@@ -19,8 +19,8 @@ import numpy as np
 from faiss.contrib.ondisk import merge_ondisk
 from tqdm import tqdm
 
-from cone.data.loaders import CORPUS_FIELDS, CorpusFingerprint, corpus_doc, doc_text, iter_corpus, parse_jsonl_line
-from cone.encoders.base import Encoder
+from cone.data.loaders import CorpusFingerprint, corpus_line, doc_text, iter_corpus
+from cone.encoders.base import LOCAL, Encoder
 from cone.errors import ClusterError, InputError
 from cone.geometry import unit_rows
 from cone.indexing import postprocess as pp
@@ -52,17 +52,22 @@ class StreamOptions:
 
 
 def check_streamable(factory: str, dim: int) -> None:
-    """Only inverted lists can live on disk: a streamed build needs an IVF factory (IVF4096,Flat; IVF4096,PQ32)."""
+    """Only inverted lists can live on disk: a streamed build needs a plain IVF factory (IVF4096,Flat,
+    IVF4096,SQ8, IVF4096,PQ32, optionally after a transform such as PCA64), nothing kept beside the lists (no
+    IDMap, no refinement) and lists FAISS can merge onto disk (not the fast-scan ones)."""
     try:
-        faiss.extract_index_ivf(faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT))
+        built = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)  # kept: it owns what is downcast
     except RuntimeError as exc:
-        reason = str(exc).splitlines()[-1][:120]
-        if "not an IVF" not in reason and "IVF" in factory:
-            raise InputError(f"invalid --index-factory {factory!r}: {reason}") from None
+        raise InputError(f"invalid --index-factory {factory!r}: {str(exc).splitlines()[-1][:120]}") from None
+    index = faiss.downcast_index(built)
+    if isinstance(index, faiss.IndexPreTransform):
+        index = faiss.downcast_index(index.index)
+    lists = faiss.downcast_InvertedLists(index.invlists) if isinstance(index, faiss.IndexIVF) else None
+    if not isinstance(lists, faiss.ArrayInvertedLists):
         raise InputError(
-            f"--stream needs an IVF factory such as IVF1024,Flat or IVF1024,PQ32, not {factory!r}: only "
-            "inverted lists can stay on disk"
-        ) from None
+            f"--stream needs a plain IVF factory such as IVF1024,Flat, IVF1024,SQ8 or IVF1024,PQ32, not {factory!r}: "
+            "only inverted lists can stay on disk"
+        )
 
 
 def _local_batches(encoder: Encoder, folder: Path, shard_size: int) -> Iterator[tuple[list[Document], np.ndarray]]:
@@ -78,13 +83,11 @@ def _cluster_batches(encoder: Encoder, folder: Path, bar: tqdm) -> Iterator[tupl
 
     corpus_file = folder / "corpus.jsonl"
     got = 0
-    for lines, vectors in encode_corpus_lines(encoder.recipe, corpus_file, encoder.layer, encoder.options, bar.update):
-        where = f"{corpus_file} document {{}}"
-        records = [
-            parse_jsonl_line(line.encode(), where.format(got + i + 1), *CORPUS_FIELDS) for i, line in enumerate(lines)
-        ]
+    for lines, where, vectors in encode_corpus_lines(
+        encoder.recipe, corpus_file, encoder.layer, encoder.options, bar.update
+    ):
         got += len(lines)
-        yield [corpus_doc(r) for r in records], vectors
+        yield [corpus_line(line, at) for line, at in zip(lines, where, strict=True)], vectors
     expected = _count_documents(corpus_file)
     if got != expected:
         raise ClusterError(f"the cluster returned {got:,} of {expected:,} documents; no index was written")
@@ -128,7 +131,7 @@ class _ShardWriter:
 
 def _sample(shards: list[Path], n_docs: int, options: StreamOptions) -> np.ndarray:
     """A uniform sample of rows without replacement, gathered shard by shard from the memory-mapped files."""
-    rows = np.sort(np.random.default_rng(options.seed).choice(n_docs, min(options.sample_size, n_docs), replace=False))
+    rows = _sample_rows(n_docs, min(options.sample_size, n_docs), np.random.default_rng(options.seed))
     parts, start = [], 0
     for path in shards:
         vectors = np.load(path, mmap_mode="r")
@@ -138,12 +141,23 @@ def _sample(shards: list[Path], n_docs: int, options: StreamOptions) -> np.ndarr
     return np.concatenate(parts)
 
 
+def _sample_rows(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """``k`` distinct rows of ``n``, sorted, in memory for ``k`` (numpy's choice would build all ``n`` rows)."""
+    if 2 * k >= n:
+        return np.sort(rng.permutation(n)[:k])
+    rows = np.unique(rng.integers(0, n, k))
+    while len(rows) < k:
+        rows = np.unique(np.concatenate([rows, rng.integers(0, n, k - len(rows))]))
+    return np.sort(rng.choice(rows, k, replace=False))
+
+
 def _fill_on_disk(index: faiss.Index, shards: list[Path], params: dict, out: Path, bar: tqdm) -> None:
     """Each shard corrected, added to a copy of the trained index and written; then every shard's lists merged
     into one file on disk (ids are the rows)."""
     parts, start = [], 0
     for number, path in enumerate(shards):
         vectors = unit_rows(pp.apply(np.load(path), params))
+        path.unlink()  # its vectors are in the part now: scratch disk holds one copy, not two
         part = faiss.clone_index(index)
         part.add_with_ids(vectors, np.arange(start, start + len(vectors), dtype=np.int64))
         parts.append(str(path.with_name(f"ivf-{number:05d}.index")))
@@ -177,7 +191,7 @@ def build_dense_streaming(
     postprocess = pp.parse(postprocess)
     options = options or StreamOptions()
     check_streamable(factory, encoder.dim)
-    on_cluster = hasattr(encoder, "recipe")
+    on_cluster = encoder.encoded_on != LOCAL  # a cone.encoders.cluster.RayEncoder
     with store.atomic_folder(out) as tmp:
         scratch = tmp / SHARDS
         scratch.mkdir()

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import ray
+from conftest import WORDS
 
 from cone.cli import main
 from cone.encoders import cluster
 from cone.errors import ClusterError
 from cone.indexing import store
 from cone.indexing.open import open_index
+
+ray = pytest.importorskip("ray", reason="cone[ray] is not installed (make install installs it)")
 
 ACTOR = "EncodeBatch"  # the actor class: its processes are titled ray::...EncodeBatch...
 
@@ -102,30 +104,56 @@ def _actor_pids() -> list[int]:
     return found
 
 
-def test_a_killed_actor_is_replaced_and_the_build_completes(
-    local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
-):
-    """After the first batch comes back, one actor's process is killed (SIGKILL): Ray restarts it and retries
-    its batch, and the vectors are the local ones, every row once."""
-    batches, killed = cluster._batches, []
+def big_tiny_beir(root: Path, n_docs: int) -> Path:
+    """The tiny dataset's words, many more documents: enough batches that actors are busy when one is killed."""
+    rng = np.random.default_rng(2)
+    folder = root / "tiny"
+    (folder / "qrels").mkdir(parents=True)
+    docs = [{"_id": f"d{i}", "title": f"doc {i}", "text": " ".join(rng.choice(WORDS, 20))} for i in range(n_docs)]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q0", "text": docs[0]["text"]}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
+    return root
+
+
+def test_a_killed_actor_is_replaced_and_the_build_completes(local_cluster, tiny_checkpoints, tmp_path, monkeypatch):
+    """While the actors work through 200 batches, one actor's process is killed (SIGKILL) after the first batch
+    comes back: Ray starts a new one and retries what the dead one held, and the vectors are the local ones,
+    every row once."""
+    beir = big_tiny_beir(tmp_path / "data", 1600)
+    before = set(_actor_pids())
+    batches, killed, later = cluster._batches, [], []
 
     def kill_one_after_the_first(dataset):
         for number, batch in enumerate(batches(dataset)):
             if number == 0:
-                pids = _actor_pids()
-                assert pids, "no actor process found"
-                os.kill(pids[0], signal.SIGKILL)
-                killed.append(pids[0])
+                victim = sorted(set(_actor_pids()) - before)[0]
+                os.kill(victim, signal.SIGKILL)
+                killed.append(victim)
+            elif number == 150:
+                later.extend(set(_actor_pids()) - before)
             yield batch
 
     monkeypatch.setattr(cluster, "_batches", kill_one_after_the_first)
     monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
-    argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", "--ray", "--ray-batch-size", "4")
+    argv = index_argv(beir, tiny_checkpoints, tmp_path / "ray", "--ray", "--ray-batch-size", "8")
     assert main(argv) == 0 and killed
-    assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "local")) == 0
+    assert killed[0] not in later and len(later) == 2  # the dead actor was replaced by a new process
+    assert main(index_argv(beir, tiny_checkpoints, tmp_path / "local")) == 0
     a = open_index(tmp_path / "local" / "baseline", tiny_checkpoints)
     b = open_index(tmp_path / "ray" / "baseline", tiny_checkpoints)
     np.testing.assert_allclose(b.doc_vectors(), a.doc_vectors(), atol=1e-5)
+
+
+def test_a_bad_corpus_line_under_ray_is_the_local_one_line_error(local_cluster, tiny_checkpoints, tmp_path, capsys):
+    beir = big_tiny_beir(tmp_path / "data", 30)
+    corpus = beir / "tiny" / "corpus.jsonl"
+    lines = corpus.read_text().splitlines(keepends=True)
+    corpus.write_text("".join(lines[:12]) + '{"_id": "d12", "text": 5}\n' + "".join(lines[13:]))
+    stream = ("--stream", "--index-factory", "IVF2,Flat")
+    assert main(index_argv(beir, tiny_checkpoints, tmp_path / "ray", *stream, "--ray")) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"cone: error: \S+corpus\.jsonl at byte [0-9]+: 'text' is int '5', expected \w+", err), err
 
 
 def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
@@ -139,6 +167,7 @@ def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cluster, "_batches", losing_one)
+        mp.setattr(cluster, "BLOCK_BYTES", 1000)  # several pieces of the tiny corpus file, so several batches
         mp.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
         argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", "--ray", "--ray-batch-size", "8")
         assert main(argv) == ClusterError.exit_code
@@ -148,7 +177,7 @@ def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir
         )
         assert main(argv) == ClusterError.exit_code
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines[0] == "cone: cluster: the cluster returned 32 of 40 vectors; no index was written"
+    assert re.fullmatch(r"cone: cluster: the cluster returned [0-9]+ of 40 vectors; no index was written", lines[0])
     assert re.fullmatch(r"cone: cluster: the cluster returned [0-9]+ of 40 documents; no index was written", lines[-1])
     assert not (tmp_path / "ray").exists() or not any((tmp_path / "ray").iterdir())
 

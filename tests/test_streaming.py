@@ -4,6 +4,7 @@ table on disk; the same answers as the in-memory build, and a service that answe
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -50,6 +51,7 @@ def test_a_streamed_index_answers_as_the_in_memory_one(shared_tiny_beir, tiny_ch
     order_free = {k: v for k, v in a.manifest.geometry.items() if not k.startswith("uniformity")}
     assert {k: manifest.geometry[k] for k in order_free} == pytest.approx(order_free, rel=1e-4, abs=1e-6)
     assert [b.docs[r]["id"] for r in range(3)] == ["d0", "d1", "d2"]  # the file's order, not sorted ids
+    assert manifest.corpus_fingerprint == a.manifest.corpus_fingerprint  # the same documents, whatever the order
 
 
 def test_shards_and_the_sample_bound_what_a_build_holds(shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
@@ -71,7 +73,10 @@ def test_a_streamed_build_needs_an_ivf_factory_and_says_so_before_encoding(share
     argv = ["index", "--model", "baseline", "--data-dir", str(shared_tiny_beir), "--dataset", "tiny"]
     assert main([*argv, "--out", str(tmp_path), "--stream", "--index-factory", "HNSW32", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("cone: error: --stream needs an IVF factory") and "\n" not in err
+    assert err.startswith("cone: error: --stream needs a plain IVF factory") and "\n" not in err
+    for kept_beside_the_lists in ("IDMap,IVF4,Flat", "IVF4,Flat,RFlat", "IVF4,PQ4x4fs"):
+        assert main([*argv, "--out", str(tmp_path), "--stream", "--index-factory", kept_beside_the_lists]) == 2
+        assert "needs a plain IVF factory" in capsys.readouterr().err
     assert main([*argv, "--out", str(tmp_path), "--stream", "--index-factory", "IVF4,Nope", "--no-progress"]) == 2
     assert "invalid --index-factory 'IVF4,Nope'" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing written, not even a temporary folder
@@ -110,6 +115,22 @@ def test_the_document_table_is_read_from_disk_and_checked(shared_tiny_beir, tiny
         store.read_docs(out, 40)
     (out / store.OFFSETS).unlink()  # an index from before the offsets file: its lines are counted
     assert len(store.read_docs(out, 30)) == 30
+
+
+def test_threads_read_the_document_table_at_once(shared_tiny_beir, tiny_checkpoints, tmp_path):
+    out = streamed(load_encoder("baseline", tiny_checkpoints), shared_tiny_beir, tmp_path / "idx")
+    table = store.read_docs(out, 40)
+    rows = [r % 40 for r in range(4000)]
+    with ThreadPoolExecutor(8) as pool:  # pread has no shared file position to race on
+        ids = list(pool.map(table.doc_id, rows))
+    assert ids == [f"d{r}" for r in rows]
+
+
+def test_a_streamed_index_without_its_lists_is_damaged(shared_tiny_beir, tiny_checkpoints, tmp_path):
+    out = streamed(load_encoder("baseline", tiny_checkpoints), shared_tiny_beir, tmp_path / "idx")
+    (out / IVF_DATA).unlink()
+    with pytest.raises(DamagedIndex, match="without its lists"):
+        open_index(out, tiny_checkpoints)
 
 
 def test_the_service_answers_over_a_streamed_index(shared_tiny_beir, tiny_checkpoints, tmp_path):
