@@ -115,6 +115,19 @@ def read_jsonl(path: Path, required: Fields | None = None, optional: Fields | No
     return list(iter_jsonl(path, required, optional))
 
 
+LM_TEXT = "lmtext"  # the data dir's folder of LM training text (.txt, a sentence or document a line)
+
+
+def lm_text_files(root: Path, needed_for: str) -> list[Path]:
+    """The LM training text's files under the data dir; none is an error saying what needed them."""
+    files = sorted((Path(root) / LM_TEXT).glob("*.txt"))
+    if not files:
+        raise InputError(
+            f"{needed_for} needs LM text: no {LM_TEXT}/*.txt under {root} (pass --data-dir or set {DATA_DIR_ENV})"
+        )
+    return files
+
+
 def read_text(path: Path) -> str:
     """A UTF-8 text file; an invalid byte is an error naming the file and the line."""
     try:

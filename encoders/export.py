@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 from sentence_transformers import SentenceTransformer
 
+from cone.data.loaders import lm_text_files
 from cone.encoders.base import Runtime, files_fingerprint
 from cone.errors import InputError, ModelUnavailable
+from cone.models.corpus import read_documents
 from cone.models.train import bf16_is_fast
 
 EXPORT_DIR_ENV = "CONE_EXPORT_DIR"
@@ -91,16 +93,7 @@ def backend_missing(name: str, runtime: Runtime) -> ModelUnavailable | None:
 def calibration_sentences(root: Path) -> list[str]:
     """The sentences static int8 is calibrated on: CALIBRATION_SENTENCES lines of the LM training text
     (``lmtext/*.txt`` under the data dir, drawn with a fixed seed); training text, never a test split."""
-    lines = [
-        line.strip()
-        for path in sorted((Path(root) / "lmtext").glob("*.txt"))
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-        if line.strip()
-    ]
-    if not lines:
-        raise InputError(
-            f"int8 calibration needs sentences: no lmtext/*.txt under {root} (pass --data-dir with an lmtext/ folder)"
-        )
+    lines = read_documents(lm_text_files(Path(root), "int8 calibration"))
     rng = np.random.default_rng(CALIBRATION_SEED)
     picked = rng.choice(len(lines), size=min(CALIBRATION_SENTENCES, len(lines)), replace=False)
     return [lines[i] for i in sorted(picked)]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from cone.data.loaders import doc_text, load_beir, load_sts
+from cone.data.loaders import doc_text, lm_text_files, load_beir, load_sts
 from cone.errors import InputError, Interrupted, ModelUnavailable
 from cone.geometry import measure
 from cone.geometry.regularizer import reg_cos
@@ -102,9 +102,7 @@ def training_pairs(root: Path, cfg: FinetuneConfig) -> dict[str, dict[str, list]
             "score": [s / top for s in sts.scores],
         }
     if "simcse" in cfg.sources:
-        files = sorted((root / "lmtext").glob("*.txt"))
-        if not files:
-            raise InputError(f"SimCSE needs LM text: no lmtext/*.txt under {root}")
+        files = lm_text_files(root, "SimCSE")
         # The LM's training split only (its validation split stays held out for the heading test), minus
         # every measured sentence.
         train_docs = split(read_documents(files))[0]

@@ -8,21 +8,17 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from cone.data.loaders import DATA_DIR_ENV, TEXT, read_jsonl, read_text
+from cone.data.loaders import DATA_DIR_ENV, TEXT, lm_text_files, read_jsonl, read_text
 from cone.errors import InputError
 
 VALIDATION_SHARE = 0.02  # of documents, chosen by hash so the split never depends on order
 
 
 def default_corpus_files(root: Path) -> list[Path]:
-    files = [root / "scifact" / "corpus.jsonl", *sorted((root / "lmtext").glob("*.txt"))]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing or len(files) < 2:
-        raise InputError(
-            f"default training corpus not found under {root} (missing: {', '.join(missing) or 'lmtext/*.txt'});"
-            f" pass --data-dir or set {DATA_DIR_ENV}"
-        )
-    return files
+    corpus = root / "scifact" / "corpus.jsonl"
+    if not corpus.is_file():
+        raise InputError(f"default training corpus not found: no {corpus}; pass --data-dir or set {DATA_DIR_ENV}")
+    return [corpus, *lm_text_files(root, "the default training corpus")]
 
 
 def _jsonl_documents(path: Path) -> list[str]:

@@ -74,7 +74,7 @@ def test_int8_is_calibrated_quantized_and_close_to_fp32(tiny_roberta_dir, calibr
 
 def test_int8_without_calibration_text_is_one_clear_error(tiny_roberta_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("CONE_EXPORT_DIR", str(tmp_path / "exports"))  # nothing exported yet
-    with pytest.raises(InputError, match="int8 calibration needs sentences: no lmtext"):
+    with pytest.raises(InputError, match="int8 calibration needs LM text: no lmtext"):
         load_encoder(f"st:{tiny_roberta_dir}", runtime=OPENVINO_INT8, data_root=tmp_path)
 
 
