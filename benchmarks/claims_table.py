@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import wilcoxon
 
-from cone.models.analysis import checkpoint_report, heading_samples, held_out_texts
+from cone.models.analysis import checkpoint_analysis
 from cone.models.checkpoint import load_checkpoint, read_log
 
 HEADING = {
     "cos_std_over_vocab": "heading: std over the vocabulary of cos(E[v], g)",
     "target_minus_median_cos": "heading: cos(target) − cos(median token)",
-    "target_rank": "heading: the target's rank by cosine (median, of 16,392)",
+    "target_rank": "heading: the target's rank by cosine (median, of {vocabulary:,})",
 }
 
 
@@ -91,23 +91,21 @@ def rows(base: dict, reg: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
-def heading_rows(base_path: Path, reg_path: Path) -> list[tuple[str, str, str, str]]:
-    """The heading test of both checkpoints at the same held-out positions, each figure's difference tested
-    by a paired Wilcoxon signed-rank test over the positions (the two tokenizers are checked to agree)."""
-    texts, _ = held_out_texts(None)
-    (bm, bt, _), (rm, rt, _) = load_checkpoint(base_path), load_checkpoint(reg_path)
-    if bt.get_vocab() != rt.get_vocab():
-        raise SystemExit("the two checkpoints' tokenizers differ: their positions cannot be paired")
-    base, reg = heading_samples(bm, bt, texts), heading_samples(rm, rt, texts)
+def heading_rows(base: dict, reg: dict) -> list[tuple[str, str, str, str]]:
+    """The heading test of both checkpoints at the same held-out positions (``checkpoint_analysis`` reads the
+    same text for both, and the tokenizers are checked to agree), each figure's difference tested by a paired
+    Wilcoxon signed-rank test over the positions."""
+    vocabulary = base["n_seen"] + base["n_unseen"]
     rows = []
     for key, label in HEADING.items():
-        p = wilcoxon(base[key], reg[key]).pvalue
+        b, r = base["samples"][key], reg["samples"][key]
+        p = wilcoxon(b, r).pvalue
         show = (lambda a: f"{float(np.median(a)):.0f}") if key == "target_rank" else (lambda a: f"{a.mean():.4f}")
         rows.append(
             (
-                f"{label} (Wilcoxon p, {len(base[key])} positions)",
-                show(base[key]),
-                f"{show(reg[key])} (p={p:.2g})" if p > 0 else f"{show(reg[key])} (p < 1e-300)",
+                f"{label.format(vocabulary=vocabulary)} (Wilcoxon p, {len(b)} positions)",
+                show(b),
+                f"{show(r)} (p={p:.2g})" if p > 0 else f"{show(r)} (p < 1e-300)",
                 "",
             )
         )
@@ -115,16 +113,20 @@ def heading_rows(base_path: Path, reg_path: Path) -> list[tuple[str, str, str, s
 
 
 def report(path: Path) -> dict:
-    return {**checkpoint_report(path), "val_loss": read_log(path)[-1]["val_loss"]}
+    found, samples = checkpoint_analysis(path)
+    return {**found, "samples": samples, "val_loss": read_log(path)[-1]["val_loss"]}
 
 
 def main() -> None:
     if len(sys.argv) != 3:
         raise SystemExit(__doc__.strip().splitlines()[2])
-    base, reg = report(Path(sys.argv[1])), report(Path(sys.argv[2]))
+    base_path, reg_path = Path(sys.argv[1]), Path(sys.argv[2])
+    if load_checkpoint(base_path)[1].get_vocab() != load_checkpoint(reg_path)[1].get_vocab():
+        raise SystemExit("the two checkpoints' tokenizers differ: their heading positions cannot be paired")
+    base, reg = report(base_path), report(reg_path)
     print("| | baseline (λ = 0) | regularized (λ = {:g}) | reference study |".format(reg["reg_cos"]))
     print("|---|---|---|---|")
-    for row in rows(base, reg) + heading_rows(Path(sys.argv[1]), Path(sys.argv[2])):
+    for row in rows(base, reg) + heading_rows(base, reg):
         print("| " + " | ".join(row) + " |")
 
 

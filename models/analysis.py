@@ -127,6 +127,11 @@ def held_out_texts(root: Path | None) -> tuple[list[str], str]:
 def checkpoint_report(path: Path, data_root: Path | None = None) -> dict:
     """Every instrument on the table, seen vs unseen norms, the logit test and the heading test (on held-out
     text under ``data_root``)."""
+    return checkpoint_analysis(path, data_root)[0]
+
+
+def checkpoint_analysis(path: Path, data_root: Path | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """``checkpoint_report`` and the heading test's per-position samples it summarizes (for paired tests)."""
     model, tokenizer, payload = load_checkpoint(path)
     counts = load_token_counts(path).numpy()
     table = model.wte.weight.detach().float().numpy()
@@ -150,4 +155,4 @@ def checkpoint_report(path: Path, data_root: Path | None = None) -> dict:
     samples = heading_samples(model, tokenizer, texts)
     summary = heading_summary(samples, model.cfg.vocab_size) if samples else {"positions": 0}
     report["heading"] = {"text": source, **summary}
-    return report
+    return report, samples
