@@ -115,16 +115,17 @@ def training_pairs(root: Path, cfg: FinetuneConfig) -> dict[str, dict[str, list]
 
 class WithRegCos(torch.nn.Module):
     """A sentence-transformers loss plus λ · reg_cos of the batch's first column's sentence embeddings: the
-    regularizer applied where retrieval happens, the sentence space."""
+    regularizer applied where retrieval happens, the sentence space. One forward pass per column, shared by both
+    terms (the inner loss takes the embeddings through its public ``compute_loss_from_embeddings``)."""
 
     def __init__(self, model, inner: torch.nn.Module, weight: float) -> None:
         super().__init__()
         self.model, self.inner, self.weight = model, inner, weight
 
     def forward(self, sentence_features, labels):
-        loss = self.inner(sentence_features, labels)
-        embeddings = self.model(sentence_features[0])["sentence_embedding"]
-        return loss + self.weight * reg_cos(embeddings, n=len(embeddings))
+        embeddings = [self.model(features)["sentence_embedding"] for features in sentence_features]
+        loss = self.inner.compute_loss_from_embeddings(embeddings, labels)
+        return loss + self.weight * reg_cos(embeddings[0], n=len(embeddings[0]))
 
 
 def _losses(model, sources: list[str], weight: float) -> dict:

@@ -101,3 +101,28 @@ def test_a_short_finetune_of_the_shipped_checkpoint_on_the_shared_data_logs_cons
     assert meta["tokens_seen"] == 4_001_792  # the pre-training's own accounting is kept beside the fine-tune's
     vectors = load_encoder(f"st:{out}").encode(["a claim about cells"])
     assert vectors.shape == (1, 256) and np.isfinite(vectors).all()
+
+
+def test_reg_cos_is_added_to_the_loss_on_the_same_single_forward_per_column(tiny_checkpoints):
+    import torch
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    from cone.encoders.finetune import WithRegCos
+    from cone.encoders.gpt_module import sentence_model
+    from cone.geometry.regularizer import reg_cos
+
+    model = sentence_model(tiny_checkpoints / "baseline").train()  # counts tokens; dropout 0: the passes agree
+    anchors, positives = ["the cell protein binds", "stock market news today", "a gene"], ["protein", "markets", "dna"]
+
+    def columns() -> list[dict]:
+        return [model.preprocess(anchors), model.preprocess(positives)]
+
+    inner, module = MultipleNegativesRankingLoss(model), model[0]
+    before = module.tokens_seen
+    total = WithRegCos(model, inner, 2.0)(columns(), torch.tensor([]))
+    real_tokens = sum(int(c["attention_mask"].sum()) for c in columns())
+    assert module.tokens_seen - before == real_tokens  # each column embedded once, not again for the regularizer
+    with torch.no_grad():
+        regularizer = reg_cos(model(columns()[0])["sentence_embedding"], n=len(anchors))
+        assert regularizer > 0.01  # a term that changes the sum
+        assert torch.isclose(total.detach(), inner(columns(), torch.tensor([])) + 2.0 * regularizer, atol=1e-5)
