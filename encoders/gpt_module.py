@@ -15,6 +15,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules.input_module import InputModule
 from sentence_transformers.sentence_transformer.modules import Pooling
+from sentence_transformers.util import import_from_string
 from tokenizers import Tokenizer
 
 from cone.errors import ModelUnavailable
@@ -83,10 +84,21 @@ def is_gpt_sentence_model(path: Path) -> bool:
 
 
 def load_sentence_model(path: Path) -> SentenceTransformer:
-    """A saved fine-tuned GPT encoder. Its module class is handed to sentence-transformers by reference: it trusts
-    this one class of cone's, not whatever code a folder's config names (``trust_remote_code``)."""
-    if not (Path(path) / CONFIG).is_file():
-        raise ModelUnavailable(str(path), f"{path} has no {CONFIG}", "cone finetune --from CHECKPOINT --out DIR")
-    return SentenceTransformer._load_with_module_classes(
-        str(path), {MODULE_TYPE: GPTTokenEmbeddings}, device="cpu", local_files_only=True
-    )
+    """A saved fine-tuned GPT encoder, composed from its modules.json by public calls: this module's class for
+    its own type, sentence-transformers' modules for theirs. Any other type is refused: importing it would run
+    code a folder's config names, which sentence-transformers allows only under ``trust_remote_code``."""
+    folder = Path(path)
+    fix = "cone finetune --from CHECKPOINT --out DIR"
+    if not (folder / CONFIG).is_file():
+        raise ModelUnavailable(str(path), f"{path} has no {CONFIG}", fix)
+    modules = []
+    for entry in json.loads((folder / "modules.json").read_text()):
+        kind = entry.get("type", "")
+        if kind == MODULE_TYPE:
+            module_class = GPTTokenEmbeddings
+        elif kind.startswith("sentence_transformers."):
+            module_class = import_from_string(kind)
+        else:
+            raise ModelUnavailable(str(path), f"its modules.json names {kind!r}, code cone does not run", fix)
+        modules.append(module_class.load(str(folder), subfolder=entry.get("path", ""), local_files_only=True))
+    return SentenceTransformer(modules=modules, device="cpu")

@@ -126,3 +126,19 @@ def test_reg_cos_is_added_to_the_loss_on_the_same_single_forward_per_column(tiny
         regularizer = reg_cos(model(columns()[0])["sentence_embedding"], n=len(anchors))
         assert regularizer > 0.01  # a term that changes the sum
         assert torch.isclose(total.detach(), inner(columns(), torch.tensor([])) + 2.0 * regularizer, atol=1e-5)
+
+
+def test_a_saved_encoder_loads_as_saved_and_a_module_naming_other_code_is_refused(tiny_checkpoints, tmp_path):
+    from cone.encoders.gpt_module import load_sentence_model, sentence_model
+    from cone.errors import ModelUnavailable
+
+    saved = tmp_path / "saved"
+    model = sentence_model(tiny_checkpoints / "baseline")
+    model.save(str(saved))
+    sentences = ["the cell protein", "stock market news"]
+    assert np.array_equal(load_sentence_model(saved).encode(sentences), model.encode(sentences))
+    modules = json.loads((saved / "modules.json").read_text())
+    modules[1]["type"] = "os.system"
+    (saved / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ModelUnavailable, match="names 'os.system', code cone does not run"):
+        load_sentence_model(saved)
