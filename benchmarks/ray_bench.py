@@ -4,10 +4,15 @@ per core). Reports docs/s of each whole build (encoding, index, files; for Ray t
 loading too, each build starts its own pool), the cluster's start apart, and whether the two indexes hold the
 same vectors (allclose 1e-5) and give the same top 10 for every test query.
 
+With --stream both builds are `build_dense_streaming` of the corpus file (`cone index --stream`: on Ray the
+file is read a byte range per task and encoded line by line) into an IVF index with every list probed, so the
+two are compared on the same answers an exhaustive search gives.
+
 On one machine Ray cannot be faster (same cores); the ratio is its overhead. Builds alternate, local first;
 the median of --rounds is reported.
 
-Usage: python benchmarks/ray_bench.py [--model baseline] [--docs N] [--actors 2] [--rounds 2] [--data-dir DIR]
+Usage: python benchmarks/ray_bench.py [--model baseline] [--docs N | --stream] [--actors 2] [--rounds 2]
+                                      [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from cone.data.loaders import RetrievalDataset, data_dir, load_beir
+from cone.data.loaders import RetrievalDataset, data_dir, dataset_folder, load_beir
 from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions, connected
 from cone.encoders.registry import load_encoder
 from cone.indexing.dense import build_dense
 from cone.indexing.open import open_index
+from cone.indexing.streaming import build_dense_streaming
+
+STREAM_FACTORY, STREAM_SEARCH = "IVF64,Flat", "nprobe=64"  # every list probed: the exact answers
 
 
 def subset(dataset: RetrievalDataset, n: int | None) -> RetrievalDataset:
@@ -36,10 +44,14 @@ def subset(dataset: RetrievalDataset, n: int | None) -> RetrievalDataset:
     return RetrievalDataset(dataset.name, kept, dataset.queries, dataset.qrels)
 
 
-def timed_build(encoder, dataset: RetrievalDataset, out: Path) -> float:
+def timed_build(encoder, dataset: RetrievalDataset, out: Path, stream_from: Path | None) -> float:
     os.environ["CONE_CACHE_DIR"] = tempfile.mkdtemp(prefix="cone-bench-cache-")  # always encode
     start = time.perf_counter()
-    build_dense(encoder, dataset, out, progress=False)
+    if stream_from is None:
+        build_dense(encoder, dataset, out, progress=False)
+    else:
+        build_dense_streaming(encoder, stream_from, out, factory=STREAM_FACTORY, search_params=STREAM_SEARCH,
+                              progress=False)  # fmt: skip
     return time.perf_counter() - start
 
 
@@ -64,9 +76,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--stream", action="store_true", help=f"streamed builds ({STREAM_FACTORY}, {STREAM_SEARCH})")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.stream and args.docs is not None:
+        parser.error("--stream reads the whole corpus file: --docs does not apply")
     root = data_dir(args.data_dir)
+    stream_from = dataset_folder(root, "scifact") if args.stream else None
     dataset = subset(load_beir(root, "scifact"), args.docs)
     n = len(dataset.corpus)
     local = load_encoder(args.model, data_root=root)
@@ -78,11 +94,12 @@ def main() -> None:
         on_ray = RayEncoder(local, EncoderRecipe(args.model, data_root=root), options)
         seconds = {"local": [], "ray": []}
         for _ in range(args.rounds):
-            seconds["local"].append(timed_build(local, dataset, out / "local"))
-            seconds["ray"].append(timed_build(on_ray, dataset, out / "ray"))
+            seconds["local"].append(timed_build(local, dataset, out / "local", stream_from))
+            seconds["ray"].append(timed_build(on_ray, dataset, out / "ray", stream_from))
     rate = {path: n / statistics.median(times) for path, times in seconds.items()}
     result = {
         "model": args.model,
+        "build": f"streamed {STREAM_FACTORY}" if args.stream else "in memory",
         "docs": n,
         "cores": os.cpu_count(),
         "actors": args.actors,
@@ -97,7 +114,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{args.model}, {n:,} SciFact documents, {args.actors} actors on {os.cpu_count()} cores")
+    print(f"{args.model}, {n:,} SciFact documents ({result['build']}), {args.actors} actors on {os.cpu_count()} cores")
     print(f"  local: {rate['local']:.1f} docs/s   ray: {rate['ray']:.1f} docs/s   = {result['ray_vs_local']:.2f}x")
     print(f"  cluster start {cluster_start:.1f} s (once per command, not in the rates)")
     print(

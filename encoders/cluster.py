@@ -24,7 +24,7 @@ from cone.encoders.registry import load_encoder
 from cone.errors import ClusterError, ConeError, InputError
 
 CONNECT_SECONDS = 5
-BLOCK_BYTES = 1 << 20  # of corpus text read by Ray: 1 MiB (≈ 600 SciFact documents), a few batches each
+BLOCK_BYTES = 1 << 20  # of corpus text read by Ray at most: 1 MiB (≈ 600 SciFact documents), a few batches each
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,8 @@ def encode_texts(
         order = np.argsort([len(t) for t in texts], kind="stable")
         ordered = pa.array([texts[i] for i in order], pa.string())
         table = pa.table({"row": order, "text": ordered})
-        blocks = [table.slice(start, options.batch_size) for start in range(0, len(texts), options.batch_size)]
+        step = _block_rows(len(texts), options)
+        blocks = [table.slice(start, step) for start in range(0, len(texts), step)]
         dataset = _encoded(ray.data.from_arrow(blocks), recipe, layers, options)
         with tqdm(total=len(texts), desc=f"encode {recipe.spec} on ray", unit="doc", disable=not progress) as bar:
             for batch in _batches(dataset):
@@ -210,6 +211,16 @@ def encode_texts(
                 bar.update(len(rows))
     _check_complete(int(seen.sum()), len(texts))
     return out
+
+
+def _block_rows(n: int, options: RayOptions) -> int:
+    """Rows per block: a batch, or fewer where that leaves an actor idle (a small corpus: every actor a share)."""
+    return max(1, min(options.batch_size, -(-n // options.actors)))
+
+
+def _corpus_ranges(corpus_file: Path, options: RayOptions) -> list[tuple[int, int]]:
+    """The reading tasks' byte ranges: BLOCK_BYTES each, or a share per actor of a smaller file."""
+    return _byte_ranges(corpus_file, min(BLOCK_BYTES, -(-corpus_file.stat().st_size // options.actors)))
 
 
 def _byte_ranges(corpus_file: Path, size: int) -> list[tuple[int, int]]:
@@ -261,7 +272,7 @@ def encode_corpus_lines(
         raise InputError(f"{corpus_file}: not found")
     with connected(options):
         here = ray.get_runtime_context().get_node_id()
-        ranges = _byte_ranges(corpus_file, BLOCK_BYTES)
+        ranges = _corpus_ranges(corpus_file, options)
         pieces = ray.data.from_items([{"start": a, "end": b} for a, b in ranges], override_num_blocks=len(ranges))
         read = pieces.map_batches(
             _read_lines(str(corpus_file)),

@@ -198,3 +198,15 @@ def test_eval_with_ray_gives_the_local_rows(local_cluster, shared_tiny_beir, tin
     assert rows["ray"] == pytest.approx(rows["local"], rel=1e-4, abs=1e-6)
     built = manifest_of(tmp_path / "ray" / "indexes" / "baseline-layeremb")
     assert built["encoded_on"].startswith("ray (")
+
+
+def test_a_small_corpus_is_cut_so_every_actor_gets_a_share(tmp_path):
+    options = cluster.RayOptions(None, actors=2, batch_size=256)
+    assert cluster._block_rows(300, options) == 150  # two blocks of 150, not 256 + 44
+    assert cluster._block_rows(10_000, options) == 256 and cluster._block_rows(1, options) == 1
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "text": "word " * 20}) + "\n" for i in range(100)))
+    size = corpus.stat().st_size
+    ranges = cluster._corpus_ranges(corpus, options)
+    assert len(ranges) == 2 and ranges[0][0] == 0 and ranges[-1][1] == size
+    assert corpus.read_bytes()[ranges[1][0] - 1 : ranges[1][0]] == b"\n"  # each range starts at a line
