@@ -136,14 +136,18 @@ def _quiet(ray: object) -> None:
     context.raise_original_map_exception = True  # an actor's own error (a bad corpus line) as itself
 
 
-def _encoded(dataset: object, recipe: EncoderRecipe, layers: list[Layer], options: RayOptions) -> object:
+def _encoded(
+    dataset: object, recipe: EncoderRecipe, layers: list[Layer], options: RayOptions, batch_size: int
+) -> object:
     """The encoding stage. A dead actor is restarted and its batch retried (Ray Data's defaults for an actor
-    pool); an error an actor raises itself (a model its node lacks) fails the build."""
+    pool); an error an actor raises itself (a model its node lacks) fails the build. Ray Data hands an actor
+    no fewer than ``batch_size`` rows at once (it joins smaller blocks): a small corpus is given a smaller
+    batch, so that its blocks are not joined into one actor's work."""
     import ray
 
     return dataset.map_batches(
         _actor_class(recipe, layers),
-        batch_size=options.batch_size,
+        batch_size=batch_size,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=options.actors),
         num_cpus=1,
@@ -199,7 +203,7 @@ def encode_texts(
         table = pa.table({"row": order, "text": ordered})
         step = _block_rows(len(texts), options)
         blocks = [table.slice(start, step) for start in range(0, len(texts), step)]
-        dataset = _encoded(ray.data.from_arrow(blocks), recipe, layers, options)
+        dataset = _encoded(ray.data.from_arrow(blocks), recipe, layers, options, step)
         with tqdm(total=len(texts), desc=f"encode {recipe.spec} on ray", unit="doc", disable=not progress) as bar:
             for batch in _batches(dataset):
                 rows = batch["row"]
@@ -218,9 +222,22 @@ def _block_rows(n: int, options: RayOptions) -> int:
     return max(1, min(options.batch_size, -(-n // options.actors)))
 
 
-def _corpus_ranges(corpus_file: Path, options: RayOptions) -> list[tuple[int, int]]:
-    """The reading tasks' byte ranges: BLOCK_BYTES each, or a share per actor of a smaller file."""
-    return _byte_ranges(corpus_file, min(BLOCK_BYTES, -(-corpus_file.stat().st_size // options.actors)))
+def _corpus_plan(corpus_file: Path, options: RayOptions) -> tuple[list[tuple[int, int]], int]:
+    """The reading tasks' byte ranges and the batch size: BLOCK_BYTES a range; a smaller file is cut into one
+    range per actor by its lines, and the batch is no larger than a range's lines, so every actor has work."""
+    size = corpus_file.stat().st_size
+    if size >= options.actors * BLOCK_BYTES:
+        return _byte_ranges(corpus_file, BLOCK_BYTES), options.batch_size
+    starts, offset = [], 0
+    for line in corpus_file.read_bytes().split(b"\n"):  # as _read_lines splits: non-blank lines are rows
+        if line.strip():
+            starts.append(offset)
+        offset += len(line) + 1
+    if len(starts) < 2:
+        return [(0, size)], options.batch_size
+    shares = min(options.actors, len(starts))
+    cuts = [0, *(starts[len(starts) * i // shares] for i in range(1, shares)), size]
+    return list(zip(cuts, cuts[1:], strict=False)), max(1, min(options.batch_size, len(starts) // shares))
 
 
 def _byte_ranges(corpus_file: Path, size: int) -> list[tuple[int, int]]:
@@ -272,7 +289,7 @@ def encode_corpus_lines(
         raise InputError(f"{corpus_file}: not found")
     with connected(options):
         here = ray.get_runtime_context().get_node_id()
-        ranges = _corpus_ranges(corpus_file, options)
+        ranges, batch_size = _corpus_plan(corpus_file, options)
         pieces = ray.data.from_items([{"start": a, "end": b} for a, b in ranges], override_num_blocks=len(ranges))
         read = pieces.map_batches(
             _read_lines(str(corpus_file)),
@@ -281,7 +298,7 @@ def encode_corpus_lines(
             num_cpus=0,
             label_selector={"ray.io/node-id": here},
         )
-        for batch in _batches(_encoded(read, recipe, [layer], options)):
+        for batch in _batches(_encoded(read, recipe, [layer], options, batch_size)):
             lines = [bytes(line) for line in batch["line"]]
             on_batch(len(lines))
             yield lines, [str(w) for w in batch["where"]], batch["layer0"]

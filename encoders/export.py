@@ -92,7 +92,8 @@ def backend_missing(name: str, runtime: Runtime) -> ModelUnavailable | None:
 
 def calibration_sentences(root: Path) -> list[str]:
     """The sentences static int8 is calibrated on: CALIBRATION_SENTENCES lines of the LM training text
-    (``lmtext/*.txt`` under the data dir, drawn with a fixed seed); training text, never a test split."""
+    (``lmtext/*.txt`` under the data dir, drawn with a fixed seed). Unlabelled text: it shares sentences with
+    STS-B test (both draw on the MSR paraphrase corpus), but calibration sees no score and learns no weight."""
     lines = read_documents(lm_text_files(Path(root), "int8 calibration"))
     rng = np.random.default_rng(CALIBRATION_SEED)
     picked = rng.choice(len(lines), size=min(CALIBRATION_SENTENCES, len(lines)), replace=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.base.modules.input_module import InputModule
+from sentence_transformers.base.modules import InputModule, Module
 from sentence_transformers.sentence_transformer.modules import Pooling
 from sentence_transformers.util import import_from_string
 from tokenizers import Tokenizer
@@ -24,6 +24,9 @@ from cone.models.gpt import GPT
 from cone.models.tokenizer import padded_batch
 
 MODULE_TYPE = f"{__name__}.GPTTokenEmbeddings"  # how modules.json names the class
+ST_CONFIG = "config_sentence_transformers.json"  # prompts, similarity function, truncation: kept on reload
+ST_SETTINGS = ("prompts", "default_prompt_name", "similarity_fn_name", "truncate_dim")
+FINETUNE_FIX = "cone finetune --from CHECKPOINT --out DIR"
 
 
 class GPTTokenEmbeddings(InputModule):
@@ -88,17 +91,38 @@ def load_sentence_model(path: Path) -> SentenceTransformer:
     its own type, sentence-transformers' modules for theirs. Any other type is refused: importing it would run
     code a folder's config names, which sentence-transformers allows only under ``trust_remote_code``."""
     folder = Path(path)
-    fix = "cone finetune --from CHECKPOINT --out DIR"
     if not (folder / CONFIG).is_file():
-        raise ModelUnavailable(str(path), f"{path} has no {CONFIG}", fix)
-    modules = []
-    for entry in json.loads((folder / "modules.json").read_text()):
-        kind = entry.get("type", "")
-        if kind == MODULE_TYPE:
-            module_class = GPTTokenEmbeddings
-        elif kind.startswith("sentence_transformers."):
-            module_class = import_from_string(kind)
-        else:
-            raise ModelUnavailable(str(path), f"its modules.json names {kind!r}, code cone does not run", fix)
-        modules.append(module_class.load(str(folder), subfolder=entry.get("path", ""), local_files_only=True))
-    return SentenceTransformer(modules=modules, device="cpu")
+        raise ModelUnavailable(str(path), f"{path} has no {CONFIG}", FINETUNE_FIX)
+    modules = [_module(folder, entry) for entry in _read_json(folder / "modules.json", list)]
+    settings = _read_json(folder / ST_CONFIG, dict) if (folder / ST_CONFIG).is_file() else {}
+    return SentenceTransformer(modules=modules, device="cpu", **{k: settings.get(k) for k in ST_SETTINGS})
+
+
+def _read_json(file: Path, kind: type) -> list | dict:
+    try:
+        found = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelUnavailable(str(file.parent), f"{file.name} unreadable: {exc}", FINETUNE_FIX) from None
+    if not isinstance(found, kind):
+        raise ModelUnavailable(str(file.parent), f"{file.name} is not a JSON {kind.__name__}", FINETUNE_FIX)
+    return found
+
+
+def _module(folder: Path, entry: object) -> torch.nn.Module:
+    """One modules.json entry, loaded from its subfolder (which must lie inside ``folder``)."""
+    kind = entry.get("type") if isinstance(entry, dict) else None
+    sub = entry.get("path", "") if isinstance(entry, dict) else None
+    if not isinstance(kind, str) or not isinstance(sub, str) or Path(sub).is_absolute() or ".." in Path(sub).parts:
+        raise ModelUnavailable(str(folder), f"modules.json has an entry cone cannot load: {entry!r}", FINETUNE_FIX)
+    if kind == MODULE_TYPE:
+        return GPTTokenEmbeddings.load(str(folder), subfolder=sub)
+    if not kind.startswith("sentence_transformers."):
+        raise ModelUnavailable(str(folder), f"its modules.json names {kind!r}, code cone does not run", FINETUNE_FIX)
+    try:
+        module_class = import_from_string(kind)
+    except ImportError:
+        module_class = None
+    if not (isinstance(module_class, type) and issubclass(module_class, Module)):
+        reason = f"its modules.json names {kind!r}, not a sentence-transformers module"
+        raise ModelUnavailable(str(folder), reason, FINETUNE_FIX)
+    return module_class.load(str(folder), subfolder=sub, local_files_only=True)

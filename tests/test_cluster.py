@@ -205,8 +205,40 @@ def test_a_small_corpus_is_cut_so_every_actor_gets_a_share(tmp_path):
     assert cluster._block_rows(300, options) == 150  # two blocks of 150, not 256 + 44
     assert cluster._block_rows(10_000, options) == 256 and cluster._block_rows(1, options) == 1
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": str(i), "text": "word " * 20}) + "\n" for i in range(100)))
-    size = corpus.stat().st_size
-    ranges = cluster._corpus_ranges(corpus, options)
-    assert len(ranges) == 2 and ranges[0][0] == 0 and ranges[-1][1] == size
-    assert corpus.read_bytes()[ranges[1][0] - 1 : ranges[1][0]] == b"\n"  # each range starts at a line
+    corpus.write_text("\n" + "".join(json.dumps({"_id": str(i), "text": "w " * (i % 7)}) + "\n\n" for i in range(301)))
+    ranges, batch_size = cluster._corpus_plan(corpus, options)
+    assert batch_size == 150 and len(ranges) == 2 and ranges[0][0] == 0 and ranges[-1][1] == corpus.stat().st_size
+    data = corpus.read_bytes()
+    assert [sum(bool(line.strip()) for line in data[a:b].split(b"\n")) for a, b in ranges] == [150, 151]
+    assert data[ranges[1][0] - 1 : ranges[1][0]] == b"\n"  # a range starts at a line
+
+
+def _spy_on_actors(monkeypatch, log: Path) -> None:
+    """Each actor process that encodes a batch writes its pid to ``log`` (the real encoder still runs)."""
+    real = cluster._actor_class
+
+    def spying(recipe, layers):
+        class Spy(real(recipe, layers)):
+            def __call__(self, batch):
+                with open(log, "a") as handle:
+                    handle.write(f"{os.getpid()}\n")
+                return super().__call__(batch)
+
+        return Spy
+
+    monkeypatch.setattr(cluster, "_actor_class", spying)
+
+
+def test_both_actors_encode_a_corpus_smaller_than_two_batches(local_cluster, tiny_checkpoints, tmp_path, monkeypatch):
+    _spy_on_actors(monkeypatch, tmp_path / "pids")
+    recipe, options = cluster.EncoderRecipe("baseline", tiny_checkpoints), cluster.RayOptions(None, 2, 256)
+    texts = [" ".join(WORDS[i % len(WORDS) : i % len(WORDS) + 5]) for i in range(300)]
+    assert cluster.encode_texts(recipe, texts, ["last"], options)["last"].shape[0] == 300
+    assert len(set((tmp_path / "pids").read_text().split())) == 2
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": t}) + "\n" for i, t in enumerate(texts)))
+    (tmp_path / "pids").unlink()
+    rows = sum(
+        len(lines) for lines, _, _ in cluster.encode_corpus_lines(recipe, corpus, "last", options, lambda n: None)
+    )
+    assert rows == 300 and len(set((tmp_path / "pids").read_text().split())) == 2

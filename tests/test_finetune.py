@@ -134,11 +134,22 @@ def test_a_saved_encoder_loads_as_saved_and_a_module_naming_other_code_is_refuse
 
     saved = tmp_path / "saved"
     model = sentence_model(tiny_checkpoints / "baseline")
+    model.prompts, model.similarity_fn_name = {"query": "query: "}, "dot"
     model.save(str(saved))
     sentences = ["the cell protein", "stock market news"]
-    assert np.array_equal(load_sentence_model(saved).encode(sentences), model.encode(sentences))
+    loaded = load_sentence_model(saved)
+    assert np.array_equal(loaded.encode(sentences), model.encode(sentences))
+    assert loaded.prompts["query"] == "query: " and loaded.similarity_fn_name == "dot"
     modules = json.loads((saved / "modules.json").read_text())
-    modules[1]["type"] = "os.system"
-    (saved / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(ModelUnavailable, match="names 'os.system', code cone does not run"):
+    for entry, refused in [
+        ({**modules[1], "type": "os.system"}, "names 'os.system', code cone does not run"),
+        ({**modules[1], "type": "sentence_transformers.util.cos_sim"}, "not a sentence-transformers module"),
+        ({**modules[1], "path": "../elsewhere"}, "an entry cone cannot load"),
+        ("Pooling", "an entry cone cannot load"),
+    ]:
+        (saved / "modules.json").write_text(json.dumps([modules[0], entry]))
+        with pytest.raises(ModelUnavailable, match=refused):
+            load_sentence_model(saved)
+    (saved / "modules.json").write_text("[{")
+    with pytest.raises(ModelUnavailable, match="modules.json unreadable"):
         load_sentence_model(saved)
