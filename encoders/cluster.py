@@ -24,6 +24,7 @@ from cone.encoders.registry import load_encoder
 from cone.errors import ClusterError, ConeError, InputError
 
 CONNECT_SECONDS = 5
+ACTORS_START_S = 600  # for the pool's actors to be placed and load their encoders (a model per actor)
 BLOCK_BYTES = 1 << 20  # of corpus text read by Ray at most: 1 MiB (≈ 600 SciFact documents), a few batches each
 
 
@@ -96,7 +97,7 @@ def connected(options: RayOptions) -> Iterator[None]:
         import ray.data
     except ImportError:
         raise InputError("--ray needs Ray with Ray Data: pip install 'cone[ray]'") from None
-    _quiet(ray)
+    _configure(ray)
     if ray.is_initialized():
         yield
         return
@@ -124,9 +125,10 @@ def _check_reachable(address: str) -> None:
         raise ClusterError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
 
 
-def _quiet(ray: object) -> None:
-    """Ray Data's own progress bars and execution logs off: the command shows one bar of its own; and blocks
-    small enough that a single corpus file is spread over every actor."""
+def _configure(ray: object) -> None:
+    """Ray Data's own progress bars and execution logs off: the command shows one bar of its own; blocks small
+    enough that a single corpus file is spread over every actor; and work handed out only once every actor has
+    loaded its encoder, so the first one up does not take the whole of a small corpus."""
     # First: turning the bars off is itself a warning; and a failed batch is told by cone, once, in one line.
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     context = ray.data.DataContext.get_current()
@@ -134,6 +136,7 @@ def _quiet(ray: object) -> None:
     context.print_on_execution_start = False
     context.target_max_block_size = BLOCK_BYTES
     context.raise_original_map_exception = True  # an actor's own error (a bad corpus line) as itself
+    context.wait_for_min_actors_s = ACTORS_START_S  # past it, "not enough resources": one ClusterError line
 
 
 def _encoded(

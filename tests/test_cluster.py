@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -214,7 +215,9 @@ def test_a_small_corpus_is_cut_so_every_actor_gets_a_share(tmp_path):
 
 
 def _spy_on_actors(monkeypatch, log: Path) -> None:
-    """Each actor process that encodes a batch writes its pid to ``log`` (the real encoder still runs)."""
+    """Each actor process that encodes a batch writes its pid to ``log`` (the real encoder still runs), and
+    holds the batch a second: a batch of the tiny model takes milliseconds, and an actor that is done before the
+    next block arrives may rightly take that one too."""
     real = cluster._actor_class
 
     def spying(recipe, layers):
@@ -222,6 +225,7 @@ def _spy_on_actors(monkeypatch, log: Path) -> None:
             def __call__(self, batch):
                 with open(log, "a") as handle:
                     handle.write(f"{os.getpid()}\n")
+                time.sleep(1)
                 return super().__call__(batch)
 
         return Spy
@@ -242,3 +246,12 @@ def test_both_actors_encode_a_corpus_smaller_than_two_batches(local_cluster, tin
         len(lines) for lines, _, _ in cluster.encode_corpus_lines(recipe, corpus, "last", options, lambda n: None)
     )
     assert rows == 300 and len(set((tmp_path / "pids").read_text().split())) == 2
+
+
+def test_more_actors_than_the_cluster_can_place_is_one_error_after_the_wait(
+    local_cluster, tiny_checkpoints, monkeypatch
+):
+    monkeypatch.setattr(cluster, "ACTORS_START_S", 3)
+    recipe, options = cluster.EncoderRecipe("baseline", tiny_checkpoints), cluster.RayOptions(None, 3, 8)
+    with pytest.raises(ClusterError, match="Timed out while starting actors"):
+        cluster.encode_texts(recipe, ["a few words"] * 40, ["last"], options)
