@@ -182,7 +182,12 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
         help="a running cluster (`ray start --head` prints its ADDRESS, e.g. 10.0.0.1:6379); without ADDRESS a "
         "local cluster is started for the command",
     )
-    group.add_argument("--ray-actors", type=positive_int, default=2, help="encoders at once, one CPU each (default 2)")
+    group.add_argument(
+        "--ray-actors",
+        type=positive_int,
+        default=2,
+        help="encoders at once, one CPU each; the cluster must place them all within 10 minutes (default 2)",
+    )
     group.add_argument("--ray-batch-size", type=positive_int, default=256, help="texts per actor call (default 256)")
 
 
