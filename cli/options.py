@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cone.data.loaders import DATA_DIR_ENV
 from cone.encoders.base import BACKENDS, QUANTIZATIONS, SUPPORTED, Runtime
-from cone.encoders.cluster import RayOptions, connected
+from cone.encoders.cluster import ACTORS_START_S, RayOptions, connected
 from cone.errors import InputError
 from cone.models.checkpoint import CHECKPOINTS_ENV
 
@@ -186,7 +186,8 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
         "--ray-actors",
         type=positive_int,
         default=2,
-        help="encoders at once, one CPU each; the cluster must place them all within 10 minutes (default 2)",
+        help=f"encoders at once, one CPU each; the cluster must place them all within {ACTORS_START_S // 60} minutes "
+        "(default 2)",
     )
     group.add_argument("--ray-batch-size", type=positive_int, default=256, help="texts per actor call (default 256)")
 
