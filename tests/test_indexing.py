@@ -298,3 +298,15 @@ def test_pq_skips_polysemous_training_only_where_no_search_reads_it(factory):
     (scores, rows), (kept_scores, kept_rows) = skipped.search(vectors[:20], 5), kept.search(vectors[:20], 5)
     np.testing.assert_allclose(scores, kept_scores, rtol=1e-5)
     assert (rows == kept_rows).mean() > 0.95  # ties may order differently
+
+
+def test_the_shipped_minilm_loads_without_transformers_load_noise(capfd):
+    from transformers.utils import logging as hf_logging
+
+    from cone.encoders.st import minilm
+
+    before = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    assert minilm().encode(["a protein"]).shape == (1, 384)
+    err = capfd.readouterr().err
+    assert "LOAD REPORT" not in err and "Loading weights" not in err
+    assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == before  # restored after
