@@ -8,7 +8,9 @@ checkpoints and the pip-installed MiniLM are; an ``st:PATH`` or ``--checkpoints`
 
 from __future__ import annotations
 
+import gc
 import logging
+import re
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -109,9 +111,18 @@ def connected(options: RayOptions) -> Iterator[None]:
         where = options.address or "a local cluster"
         raise ClusterError(f"cannot start or reach {where}: {str(exc).splitlines()[0][:200]}") from None
     try:
+        if options.address is None:
+            _check_local_cpus(ray, options.actors)
         yield
     finally:
         ray.shutdown()
+
+
+def _check_local_cpus(ray: object, actors: int) -> None:
+    """A local cluster cannot grow: a pool bigger than its CPUs would wait ACTORS_START_S to fail."""
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    if cpus < actors:
+        raise ClusterError(f"--ray-actors {actors} needs {actors} CPUs (one each); the local cluster has {cpus}")
 
 
 def _check_reachable(address: str) -> None:
@@ -126,9 +137,8 @@ def _check_reachable(address: str) -> None:
 
 
 def _configure(ray: object) -> None:
-    """Ray Data's own progress bars and execution logs off: the command shows one bar of its own; blocks small
-    enough that a single corpus file is spread over every actor; and work handed out only once every actor has
-    loaded its encoder, so the first one up does not take the whole of a small corpus."""
+    """Ray Data's own progress bars and execution logs off: the command shows one bar of its own; and blocks
+    small enough that a single corpus file is spread over every actor."""
     # First: turning the bars off is itself a warning; and a failed batch is told by cone, once, in one line.
     logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     context = ray.data.DataContext.get_current()
@@ -136,14 +146,13 @@ def _configure(ray: object) -> None:
     context.print_on_execution_start = False
     context.target_max_block_size = BLOCK_BYTES
     context.raise_original_map_exception = True  # an actor's own error (a bad corpus line) as itself
-    context.wait_for_min_actors_s = ACTORS_START_S  # past it, "not enough resources": one ClusterError line
 
 
 def _encoded(
     dataset: object, recipe: EncoderRecipe, layers: list[Layer], options: RayOptions, batch_size: int
 ) -> object:
     """The encoding stage. A dead actor is restarted and its batch retried (Ray Data's defaults for an actor
-    pool); an error an actor raises itself (a model its node lacks) fails the build. Ray Data hands an actor
+    pool); an error an actor raises itself (a model its node lacks, a bad line) fails the build. Ray Data hands an actor
     no fewer than ``batch_size`` rows at once (it joins smaller blocks): a small corpus is given a smaller
     batch, so that its blocks are not joined into one actor's work."""
     import ray
@@ -158,23 +167,44 @@ def _encoded(
 
 
 def _batches(dataset: object) -> Iterator[dict[str, np.ndarray]]:
-    """The pipeline's output in input order; a failure past Ray's retries is one ClusterError (or the
-    ConeError an actor raised, such as a model its node does not have)."""
+    """The pipeline's output in input order, once every actor has loaded its encoder (the first one up would
+    otherwise take the whole of a small corpus); a failure past Ray's retries is one ClusterError, or the
+    ConeError an actor raised on a batch (a bad corpus line) as itself."""
     import ray
 
     dataset.context.execution_options.preserve_order = True
+    dataset.context.wait_for_min_actors_s = ACTORS_START_S  # this dataset's, not the process's Ray Data context
+    failure = None
     try:
         yield from dataset.iter_batches(batch_size=None, batch_format="numpy")
     except ray.exceptions.RayError as exc:
-        if (own := _cone_error(exc)) is not None:
-            own.args = (str(own).splitlines()[0],)  # Ray appends its retry advice to the message
-            raise own from None
-        raise ClusterError(f"encoding failed on the cluster: {str(exc).strip().splitlines()[-1][:240]}") from None
+        failure = _failure(exc)
+    if failure is not None:
+        gc.collect()  # a failed pool's actors, held by cycles through the traceback, give their CPUs back now
+        raise failure
+
+
+def _failure(exc: BaseException) -> ConeError:
+    """What a failed encoding is told as: one line."""
+    from ray.exceptions import GetTimeoutError
+
+    if isinstance(exc, GetTimeoutError):
+        return ClusterError(
+            f"the cluster did not start every encoder actor within {ACTORS_START_S} s: more --ray-actors than "
+            "it has free CPUs, or actors dying as they load the encoder (Ray's logs say which)"
+        )
+    if (own := _cone_error(exc)) is not None:
+        own.args = (str(own).splitlines()[0],)  # Ray appends its retry advice to the message
+        return own
+    # An actor that could not load its encoder (a model its node lacks) ends as a ConeError's "module.Class: words".
+    last = re.sub(r"^cone\.errors\.\w+: ", "", str(exc).strip().splitlines()[-1])
+    return ClusterError(f"encoding failed on the cluster: {last[:240]}")
 
 
 def _cone_error(exc: BaseException) -> ConeError | None:
-    """The ConeError an actor raised (a model its node lacks, a bad corpus line), under Ray's wrappers (one of
-    which is itself of the error's class, with the remote traceback for its message)."""
+    """The ConeError an actor raised on a batch (a bad corpus line), under Ray's wrappers (one of which is
+    itself of the error's class, with the remote traceback for its message). One raised while an actor starts
+    does not come back as itself (Ray's ActorDiedError keeps only its text)."""
     from ray.exceptions import RayError
 
     for _ in range(10):
@@ -232,10 +262,11 @@ def _corpus_plan(corpus_file: Path, options: RayOptions) -> tuple[list[tuple[int
     if size >= options.actors * BLOCK_BYTES:
         return _byte_ranges(corpus_file, BLOCK_BYTES), options.batch_size
     starts, offset = [], 0
-    for line in corpus_file.read_bytes().split(b"\n"):  # as _read_lines splits: non-blank lines are rows
-        if line.strip():
-            starts.append(offset)
-        offset += len(line) + 1
+    with corpus_file.open("rb") as handle:
+        for line in handle:  # split on b"\n" only, as _read_lines splits: non-blank lines are rows
+            if line.strip():
+                starts.append(offset)
+            offset += len(line)
     if len(starts) < 2:
         return [(0, size)], options.batch_size
     shares = min(options.actors, len(starts))

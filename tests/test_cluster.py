@@ -67,6 +67,18 @@ def test_an_unreachable_cluster_is_one_line(tmp_path, shared_tiny_beir, tiny_che
     assert err == "cone: cluster: cannot reach the Ray cluster at 127.0.0.1:1: Connection refused"
 
 
+def test_a_local_cluster_smaller_than_the_pool_is_one_line_at_once(
+    tmp_path, shared_tiny_beir, tiny_checkpoints, capsys
+):
+    """Also before the module's cluster: the command starts its own, of this machine's CPUs."""
+    assert not ray.is_initialized()
+    argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path, "--ray", "--ray-actors", "999")
+    assert main(argv) == ClusterError.exit_code
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"cone: cluster: --ray-actors 999 needs 999 CPUs \(one each\); the local cluster has \d+", err)
+    assert not ray.is_initialized() and not (tmp_path / "baseline").exists()
+
+
 def test_ray_build_equals_the_local_build(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
     monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
     assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "local")) == 0
@@ -252,6 +264,16 @@ def test_more_actors_than_the_cluster_can_place_is_one_error_after_the_wait(
     local_cluster, tiny_checkpoints, monkeypatch
 ):
     monkeypatch.setattr(cluster, "ACTORS_START_S", 3)
-    recipe, options = cluster.EncoderRecipe("baseline", tiny_checkpoints), cluster.RayOptions(None, 3, 8)
-    with pytest.raises(ClusterError, match="Timed out while starting actors"):
-        cluster.encode_texts(recipe, ["a few words"] * 40, ["last"], options)
+    recipe, texts = cluster.EncoderRecipe("baseline", tiny_checkpoints), ["a few words"] * 40
+    with pytest.raises(ClusterError, match="did not start every encoder actor within 3 s: more --ray-actors"):
+        cluster.encode_texts(recipe, texts, ["last"], cluster.RayOptions(None, 3, 8))
+    monkeypatch.setattr(cluster, "ACTORS_START_S", 60)  # the failed pool's actors released: the next pool runs
+    assert cluster.encode_texts(recipe, texts, ["last"], cluster.RayOptions(None, 2, 8))["last"].shape[0] == 40
+
+
+def test_an_actor_that_cannot_load_its_encoder_is_one_line(local_cluster, tmp_path):
+    recipe = cluster.EncoderRecipe("baseline", tmp_path / "no-checkpoints")  # as on a node without the model
+    with pytest.raises(ClusterError) as failed:
+        cluster.encode_texts(recipe, ["a few words"] * 4, ["last"], cluster.RayOptions(None, 2, 8))
+    message = str(failed.value)
+    assert message.startswith("encoding failed on the cluster: model 'baseline' unavailable") and "\n" not in message
