@@ -14,7 +14,8 @@ import numpy as np
 from scipy.stats import wilcoxon
 
 from cone.models.analysis import checkpoint_analysis
-from cone.models.checkpoint import load_checkpoint, read_log
+from cone.models.checkpoint import TOKENIZER, read_log
+from cone.models.tokenizer import load_tokenizer
 
 HEADING = {
     "cos_std_over_vocab": "heading: std over the vocabulary of cos(E[v], g)",
@@ -121,7 +122,7 @@ def main() -> None:
     if len(sys.argv) != 3:
         raise SystemExit(__doc__.strip().splitlines()[2])
     base_path, reg_path = Path(sys.argv[1]), Path(sys.argv[2])
-    if load_checkpoint(base_path)[1].get_vocab() != load_checkpoint(reg_path)[1].get_vocab():
+    if load_tokenizer(base_path / TOKENIZER).get_vocab() != load_tokenizer(reg_path / TOKENIZER).get_vocab():
         raise SystemExit("the two checkpoints' tokenizers differ: their heading positions cannot be paired")
     base, reg = report(base_path), report(reg_path)
     print("| | baseline (λ = 0) | regularized (λ = {:g}) | reference study |".format(reg["reg_cos"]))
