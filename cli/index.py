@@ -25,7 +25,8 @@ from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.dense import DEFAULT_FACTORY, build_dense
+from cone.indexing.dense import build_dense
+from cone.indexing.factory import DEFAULT_FACTORY
 from cone.indexing.lexical import build_bm25
 from cone.indexing.streaming import StreamOptions, build_dense_streaming, check_streamable
 

@@ -23,9 +23,11 @@ from cone.eval.results import GEOMETRY_KEYS, STS_MEAN, EvalResult, Samples, sts_
 from cone.geometry import pair_cosines, spread
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.dense import DEFAULT_FACTORY, CorrectedCorpus, build_dense, cache_corpus_layers, correct_corpus
+from cone.indexing.dense import CorrectedCorpus, build_dense, cache_corpus_layers, correct_corpus
+from cone.indexing.factory import DEFAULT_FACTORY
 from cone.indexing.index import Index, Queries, VectorIndex
 from cone.indexing.lexical import build_bm25
+from cone.indexing.manifest import MANIFEST
 from cone.indexing.open import open_index
 
 RETRIEVE_K = 100
@@ -93,7 +95,7 @@ def load_eval_data(
 def _open_or_build(folder: Path, open_it: Callable[[], Index], build: Callable[[], Path]) -> Index:
     """The index in ``folder`` if it still matches; else (stale weights or corpus, damaged) rebuilt, atomically."""
     store.recover(folder)
-    if (folder / store.MANIFEST).is_file():
+    if (folder / MANIFEST).is_file():
         try:
             return open_it()
         except DamagedIndex:
@@ -223,8 +225,8 @@ def _exact_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData) -> 
         values[sts_key(name)] = metrics.sts_spearman(sts[name], data.sts[name].scores)
     if len(sts) > 1:
         values[STS_MEAN] = float(np.mean([values[sts_key(name)] for name in sts]))
-    values |= {k: index.manifest.geometry[k] for k in GEOMETRY_KEYS}
-    values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines["mean"]  # what cone:C targets
+    values |= {k: getattr(index.manifest.geometry, k) for k in GEOMETRY_KEYS}
+    values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines.mean  # what cone:C targets
     return values, Samples(ndcg, random, relevant, sts or None), rows
 
 
@@ -236,8 +238,8 @@ def _approximate_row(
     values, ndcg, rows = _ranking(index, encoded.queries, encoded.query_ids, qrels)
     test_rows = [i for i, q in enumerate(encoded.query_ids) if q in qrels]
     values["recall_at_10_vs_flat"] = metrics.overlap_at_k(rows[test_rows], exact[test_rows])
-    values |= {k: index.manifest.geometry[k] for k in GEOMETRY_KEYS}
-    values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines["mean"]  # the same vectors, before coding
+    values |= {k: getattr(index.manifest.geometry, k) for k in GEOMETRY_KEYS}
+    values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines.mean  # the same vectors, before coding
     return values, Samples(ndcg)
 
 

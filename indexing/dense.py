@@ -14,16 +14,15 @@ from cone.data.loaders import RetrievalDataset, doc_text
 from cone.encoders.base import LOCAL, Encoder, Layer, LayeredEncoder
 from cone.errors import DamagedIndex, InputError
 from cone.geometry import histogram, measure, pair_cosines, spread, unit_rows
+from cone.geometry.summary import Geometry, PairCosines
 from cone.indexing import postprocess as pp
 from cone.indexing import store
+from cone.indexing.factory import DEFAULT_FACTORY, Codes, build_codes, read_codes
 from cone.indexing.index import Queries, SearchResult
-from cone.output import native_stdout_silenced
+from cone.indexing.manifest import DenseManifest, read_manifest
 
-INDEX_FILE = "index.faiss"
 PARAMS_FILE = "postprocess.npz"
-IVF_DATA = "index.ivfdata"  # a streamed build's inverted lists, on disk
 CACHE_ENV = "CONE_CACHE_DIR"
-DEFAULT_FACTORY = "Flat"
 
 
 def cache_dir() -> Path:
@@ -85,52 +84,10 @@ def cache_corpus_layers(
     return absent
 
 
-def random_pair_summary(vectors: np.ndarray) -> dict:
+def random_pair_summary(vectors: np.ndarray) -> PairCosines:
     """Spread and histogram of cosines between random distinct documents, as the index scores them."""
     cosines = pair_cosines(vectors)
-    return {**spread(cosines), "n_pairs": len(cosines), "histogram": histogram(cosines)}
-
-
-def set_search_params(index: faiss.Index, params: str) -> None:
-    """FAISS search-time settings ("nprobe=32", "efSearch=128"): not part of a factory string, so the
-    manifest keeps them and every load applies them."""
-    if not params:
-        return
-    try:
-        faiss.ParameterSpace().set_index_parameters(index, params)
-    except RuntimeError as exc:
-        raise InputError(f"invalid --search-params {params!r}: {str(exc).splitlines()[-1][:160]}") from None
-
-
-def _skip_polysemous_training(index: faiss.Index, search_params: str) -> None:
-    """A factory's PQ (``PQ32``, ``IVF256,PQ32``) defaults to polysemous training, which only renumbers the
-    centroids so that Hamming distances between codes approximate theirs; it changes no code's distance and
-    so no search result, unless a search uses the Hamming filter (``ht=`` in the search params). It was 93%
-    of a PQ32 build on SciFact (26 s of 28 s), so it is skipped where nothing reads it."""
-    if "ht" in {setting.split("=")[0].strip() for setting in search_params.split(",")}:
-        return
-    inner = faiss.downcast_index(index)
-    if isinstance(inner, faiss.IndexPreTransform):
-        inner = faiss.downcast_index(inner.index)
-    if getattr(inner, "do_polysemous_training", False):
-        inner.do_polysemous_training = False
-
-
-def build_faiss(vectors: np.ndarray, factory: str, search_params: str = "") -> faiss.Index:
-    try:
-        index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
-    except RuntimeError as exc:
-        raise InputError(f"invalid --index-factory {factory!r}: {str(exc).splitlines()[-1][:160]}") from None
-    _skip_polysemous_training(index, search_params)
-    try:
-        if not index.is_trained:
-            index.train(vectors)
-        index.add(vectors)
-    except RuntimeError as exc:  # e.g. fewer training vectors than the factory's centroids
-        reason = str(exc).splitlines()[-1].split("Error: ")[-1][:200]
-        raise InputError(f"--index-factory {factory!r} on {len(vectors):,} vectors: {reason}") from None
-    set_search_params(index, search_params)
-    return index
+    return PairCosines(**spread(cosines), n_pairs=len(cosines), histogram=histogram(cosines))
 
 
 @dataclass(frozen=True)
@@ -141,9 +98,9 @@ class CorrectedCorpus:
     postprocess: str
     params: dict[str, np.ndarray]
     vectors: np.ndarray
-    geometry_raw: dict
-    geometry: dict
-    random_pair_cosines: dict
+    geometry_raw: Geometry
+    geometry: Geometry
+    random_pair_cosines: PairCosines
 
 
 def correct_vectors(raw: np.ndarray, postprocess: str) -> CorrectedCorpus:
@@ -152,7 +109,8 @@ def correct_vectors(raw: np.ndarray, postprocess: str) -> CorrectedCorpus:
     params = pp.fit(raw, postprocess)
     corrected = pp.apply(raw, params)
     vectors = unit_rows(corrected)
-    return CorrectedCorpus(postprocess, params, vectors, measure(raw), measure(corrected), random_pair_summary(vectors))
+    geometry_raw, geometry = Geometry(**measure(raw)), Geometry(**measure(corrected))
+    return CorrectedCorpus(postprocess, params, vectors, geometry_raw, geometry, random_pair_summary(vectors))
 
 
 def correct_corpus(
@@ -179,16 +137,14 @@ def dense_manifest(
     factory: str,
     search_params: str,
     fit_sample: int | None = None,
-) -> store.Manifest:
-    return store.Manifest(
-        kind="dense",
+) -> DenseManifest:
+    return DenseManifest(
         model=encoder.name,
         dataset=corpus.dataset,
         corpus_fingerprint=corpus.fingerprint,
         n_docs=corpus.n_docs,
         encoder_fingerprint=encoder.fingerprint,
         metric="inner_product",
-        normalized=True,
         postprocess=corrected.postprocess,
         index_factory=factory,
         search_params=search_params,
@@ -222,53 +178,40 @@ def build_dense(
         else correct_corpus(encoder, dataset, postprocess, progress)
     )
     doc_ids = sorted(dataset.corpus)
-    index = build_faiss(corpus.vectors, factory, search_params)
+    codes = build_codes(corpus.vectors, factory, search_params)
     identity = CorpusIdentity(dataset.name, dataset.fingerprint(), len(doc_ids))
-    manifest = dense_manifest(encoder, identity, corpus, factory, search_params)
-    with store.atomic_folder(out) as tmp:
-        faiss.write_index(index, str(tmp / INDEX_FILE))
-        np.savez(tmp / PARAMS_FILE, **corpus.params)
-        store.write_docs(tmp, doc_ids, dataset.corpus)
-        store.write_manifest(tmp, manifest)
+    with store.writing_index(out) as folder:
+        codes.write(folder.path)
+        np.savez(folder.path / PARAMS_FILE, **corpus.params)
+        folder.add_docs(doc_ids, dataset.corpus)
+        folder.manifest = dense_manifest(encoder, identity, corpus, factory, search_params)
     return out
 
 
 class DenseIndex:
     """A loaded, validated dense index; ``search`` encodes queries exactly as the corpus was."""
 
-    def __init__(self, folder: Path, encoder: Encoder, manifest: store.Manifest | None = None) -> None:
+    def __init__(self, folder: Path, encoder: Encoder, manifest: DenseManifest | None = None) -> None:
         self.folder = Path(folder)
-        self.manifest = manifest or store.read_manifest(self.folder)
+        self.manifest = manifest or read_manifest(self.folder)
         self._check_encoder(encoder)
+        m = self.manifest
+        self.codes: Codes = read_codes(self.folder, m.index_factory, m.dim, m.search_params, m.fit_sample is not None)
         try:
-            self.faiss_index = self._read_faiss()
             with np.load(self.folder / PARAMS_FILE) as npz:
                 self.params = {k: npz[k] for k in npz.files}
-        except (RuntimeError, OSError, ValueError, EOFError) as exc:
+        except (OSError, ValueError, EOFError) as exc:
             raise DamagedIndex(f"{self.folder}: corrupt index files ({str(exc).splitlines()[0][:160]})") from None
-        try:
-            set_search_params(self.faiss_index, self.manifest.search_params)
-        except InputError as exc:
-            raise DamagedIndex(f"{self.folder}: manifest's search_params: {exc}") from None
         self._check_params()
-        if self.faiss_index.d != encoder.dim or self.faiss_index.ntotal != self.manifest.n_docs:
-            raise DamagedIndex(
-                f"{self.folder}: index holds {self.faiss_index.ntotal} x {self.faiss_index.d}, manifest says "
-                f"{self.manifest.n_docs} x {encoder.dim}"
-            )
-        self.docs = store.read_docs(self.folder, self.manifest.n_docs)
+        if self.codes.ntotal != m.n_docs:
+            raise DamagedIndex(f"{self.folder}: index holds {self.codes.ntotal} vectors, manifest says {m.n_docs}")
+        self.docs = store.read_docs(self.folder, m.n_docs)
         self.encoder = encoder
 
-    def _read_faiss(self) -> faiss.Index:
-        """A streamed build's inverted lists stay on disk: opened read-only (the service's volume may be) from
-        beside the index file, never from the path the build recorded (another index's, if the folder moved)."""
-        path = str(self.folder / INDEX_FILE)
-        if self.manifest.fit_sample is None:  # built in memory: one file
-            return faiss.read_index(path)
-        if not (self.folder / IVF_DATA).is_file():
-            raise DamagedIndex(f"{self.folder}: a streamed index without its lists ({IVF_DATA})")
-        with native_stdout_silenced():  # FAISS says where it found the lists, with a C printf
-            return faiss.read_index(path, faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY)
+    @property
+    def faiss_index(self) -> faiss.Index | faiss.IndexBinary:
+        """The FAISS object (float or binary) behind the codes."""
+        return self.codes.index
 
     def _check_params(self) -> None:
         """The fitted correction on disk must be the one the manifest names, array by array."""
@@ -279,7 +222,7 @@ class DenseIndex:
             raise DamagedIndex(f"{self.folder}: {PARAMS_FILE} does not hold the {self.manifest.postprocess!r} fit")
 
     def _check_encoder(self, encoder: Encoder) -> None:
-        if self.manifest.kind != "dense":
+        if not isinstance(self.manifest, DenseManifest):
             raise DamagedIndex(f"{self.folder}: a {self.manifest.kind} index, not a dense one")
         built, asked = self.manifest.runtime, encoder.runtime
         if built != asked:
@@ -310,14 +253,12 @@ class DenseIndex:
     def doc_vectors(self) -> np.ndarray:
         """The indexed (corrected, unit-norm) document vectors, in row order."""
         try:
-            return self.faiss_index.reconstruct_n(0, self.faiss_index.ntotal)
-        except RuntimeError:
-            raise InputError(
-                f"{self.folder}: this FAISS index type cannot return its vectors; use a Flat index"
-            ) from None
+            return self.codes.vectors()
+        except InputError as exc:
+            raise InputError(f"{self.folder}: {exc}") from None
 
     def search(self, queries: Queries, k: int, progress: bool = False) -> SearchResult:
         """The top ``k`` documents of each query by cosine."""
         k = max(1, min(k, len(self.docs)))
-        scores, rows = self.faiss_index.search(self.embed(queries, progress), k)
+        scores, rows = self.codes.search(self.embed(queries, progress), k)
         return SearchResult(scores, rows, self.docs)

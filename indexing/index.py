@@ -9,7 +9,8 @@ from typing import Protocol
 
 import numpy as np
 
-from cone.indexing.store import DocTable, Manifest
+from cone.indexing.manifest import BM25Manifest, DenseManifest
+from cone.indexing.store import DocTable
 
 Queries = Sequence[str] | np.ndarray  # texts, or the index's encoder's raw vectors of them (N, d)
 
@@ -43,7 +44,7 @@ class SearchResult:
 
 class Index(Protocol):
     folder: Path
-    manifest: Manifest
+    manifest: DenseManifest | BM25Manifest
     docs: DocTable
 
     def search(self, queries: Queries, k: int, progress: bool = False) -> SearchResult:

@@ -11,6 +11,7 @@ from cone.data.loaders import RetrievalDataset, doc_text
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import store
 from cone.indexing.index import Queries, SearchResult
+from cone.indexing.manifest import BM25Manifest, read_manifest
 
 BM25_FOLDER = "bm25"
 
@@ -20,27 +21,25 @@ def build_bm25(dataset: RetrievalDataset, out: Path, progress: bool = True) -> P
     tokens = bm25s.tokenize([doc_text(dataset.corpus[d]) for d in doc_ids], stopwords="en", show_progress=progress)
     retriever = bm25s.BM25()
     retriever.index(tokens, show_progress=progress)
-    manifest = store.Manifest(
-        kind="bm25",
-        model="bm25",
-        dataset=dataset.name,
-        corpus_fingerprint=dataset.fingerprint(),
-        n_docs=len(doc_ids),
-        encoder_fingerprint="bm25s",
-        metric="bm25",
-    )
-    with store.atomic_folder(out) as tmp:
-        retriever.save(str(tmp / BM25_FOLDER))
-        store.write_docs(tmp, doc_ids, dataset.corpus)
-        store.write_manifest(tmp, manifest)
+    with store.writing_index(out) as folder:
+        retriever.save(str(folder.path / BM25_FOLDER))
+        folder.add_docs(doc_ids, dataset.corpus)
+        folder.manifest = BM25Manifest(
+            model="bm25",
+            dataset=dataset.name,
+            corpus_fingerprint=dataset.fingerprint(),
+            n_docs=len(doc_ids),
+            encoder_fingerprint="bm25s",
+            metric="bm25",
+        )
     return out
 
 
 class BM25Index:
-    def __init__(self, folder: Path, manifest: store.Manifest | None = None) -> None:
+    def __init__(self, folder: Path, manifest: BM25Manifest | None = None) -> None:
         self.folder = Path(folder)
-        self.manifest = manifest or store.read_manifest(self.folder)
-        if self.manifest.kind != "bm25":
+        self.manifest = manifest or read_manifest(self.folder)
+        if not isinstance(self.manifest, BM25Manifest):
             raise DamagedIndex(f"{self.folder}: a {self.manifest.kind} index, not a BM25 one")
         try:
             self.retriever = bm25s.BM25.load(str(self.folder / BM25_FOLDER))

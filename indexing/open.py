@@ -6,10 +6,10 @@ from pathlib import Path
 
 from cone.encoders.base import Encoder, Runtime
 from cone.encoders.registry import load_encoder
-from cone.indexing import store
 from cone.indexing.dense import DenseIndex
 from cone.indexing.index import Index
 from cone.indexing.lexical import BM25Index
+from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 
 
 def open_index(
@@ -18,7 +18,7 @@ def open_index(
     model: str | None = None,
     corpus_fingerprint: str | None = None,
     encoders: dict[tuple[str, str | int, Runtime], Encoder] | None = None,
-    manifest: store.Manifest | None = None,
+    manifest: DenseManifest | BM25Manifest | None = None,
     runtime: Runtime | None = None,
 ) -> Index:
     """Validate and load; raises DamagedIndex (bad or stale files) or ModelUnavailable (no weights).
@@ -28,7 +28,7 @@ def open_index(
     manifest names (torch, OpenVINO, ...), as the corpus was; ``runtime``, if given, is the one the caller
     expects, and an index built by another is refused.
     """
-    manifest = manifest or store.read_manifest(folder)
+    manifest = manifest or read_manifest(folder)
     manifest.check_expected(Path(folder), model, corpus_fingerprint, runtime)  # before loading weights for nothing
     if manifest.kind == "bm25":
         return BM25Index(folder, manifest)

@@ -16,26 +16,18 @@ import uuid
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-from cone import __version__
 from cone.data.loaders import Corpus
-from cone.encoders.base import LOCAL, TORCH, Runtime
-from cone.errors import DamagedIndex, InputError
-from cone.indexing import postprocess
-from cone.jsontypes import is_number, of_type, type_names
+from cone.encoders.base import TORCH, Runtime
+from cone.errors import DamagedIndex
+from cone.indexing.manifest import MANIFEST, BM25Manifest, DenseManifest, write_manifest
 
-MANIFEST = "manifest.json"
 DOCS = "docs.jsonl"
 OFFSETS = "docs.offsets"  # little-endian uint64: where each line of docs.jsonl starts, then the file's size
 SNIPPET_CHARS = 300
-KINDS = ("dense", "bm25")
-PAIR_STATS = ("mean", "std", "p1", "p50", "p99")  # of random_pair_cosines, beside n_pairs and the histogram
-FORMAT = 1  # of manifest.json; a manifest of another format is refused, not guessed at
 
 
 def index_name(
@@ -53,169 +45,6 @@ def index_name(
     if factory != "Flat":
         parts.append(re.sub(r"[^A-Za-z0-9_.]+", "_", factory))
     return "-".join(parts)
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What an index folder holds and how it was built: read once per load, checked on reading."""
-
-    kind: str  # "dense" | "bm25"
-    model: str
-    dataset: str
-    corpus_fingerprint: str
-    n_docs: int
-    encoder_fingerprint: str  # an index built by other weights is refused
-    metric: str  # "inner_product" (cosines: vectors are unit norm) | "bm25"
-    normalized: bool = False
-    postprocess: str = "none"
-    index_factory: str | None = None
-    search_params: str = ""
-    dim: int | None = None
-    layer: str | int = "last"
-    postprocess_params: dict | None = None  # name -> shape of each fitted array
-    geometry_raw: dict | None = None  # the instruments on the encoder's raw corpus vectors
-    geometry: dict | None = None  # ... and on the indexed (corrected) vectors
-    random_pair_cosines: dict | None = None  # spread and histogram of random document pairs' cosines
-    backend: str = "torch"  # what ran the encoder's forward pass (cone.encoders.base.Runtime) ...
-    quantize: str = "none"  # ... and at which precision: queries must be encoded the same way
-    encoded_on: str = LOCAL  # where the corpus was encoded: this process, or a Ray cluster (cone index --ray)
-    fit_sample: int | None = None  # streamed builds: the vectors that fitted the correction, instruments and FAISS
-    cone_version: str = __version__
-    created: str = field(default_factory=now)
-    format: int = FORMAT
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: object, source: Path) -> Manifest:
-        """Validate every key the loaders and the service read; a bad manifest is one DamagedIndex naming the key."""
-        if not isinstance(data, dict):
-            raise DamagedIndex(f"{source}: manifest is not a JSON object")
-        if data.get("format", FORMAT) != FORMAT:
-            raise DamagedIndex(
-                f"{source}: manifest format {str(data['format'])[:20]!r} is not the {FORMAT} this cone {__version__} "
-                "reads; rebuild the index"
-            )
-        _check_key(data, "kind", MANIFEST_KEYS["kind"], source, required=True)
-        for key, kinds in MANIFEST_KEYS.items():
-            _check_key(data, key, kinds, source, required=key in REQUIRED[data["kind"]])
-        if data["kind"] == "dense":
-            for key in ("geometry", "geometry_raw"):
-                _check_numbers(data[key], f"{key!r}", source)
-            _check_pair_cosines(data["random_pair_cosines"], source)
-            try:
-                postprocess.parse(data["postprocess"])
-                Runtime(data.get("backend", "torch"), data.get("quantize", "none"))
-            except InputError as exc:
-                raise DamagedIndex(f"{source}: manifest: {exc}") from None
-        else:
-            extra = [k for k in VECTORS_ONLY if data.get(k) is not None]
-            extra += [k for k, plain in (("backend", "torch"), ("quantize", "none")) if data.get(k, plain) != plain]
-            if extra or data.get("postprocess", "none") != "none" or data.get("layer", "last") != "last":
-                raise DamagedIndex(f"{source}: a bm25 manifest with {(extra or ['a postprocess'])[0]!r} (vectors only)")
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
-
-    @property
-    def runtime(self) -> Runtime:
-        return Runtime(self.backend, self.quantize)
-
-    def check_expected(
-        self, folder: Path, model: str | None, corpus_fingerprint: str | None, runtime: Runtime | None = None
-    ) -> None:
-        """Refuse an index built for another model, on another corpus or by another runtime than the caller's."""
-        if model is not None and self.model != model:
-            raise DamagedIndex(f"{folder}: index was built for model {self.model!r}, not {model!r}")
-        if runtime is not None and self.runtime != runtime:
-            raise DamagedIndex(f"{folder}: corpus encoded by {self.runtime.tag}, not {runtime.tag}")
-        if corpus_fingerprint is not None and self.corpus_fingerprint != corpus_fingerprint:
-            raise DamagedIndex(f"{folder}: index was built on another corpus (fingerprint {self.corpus_fingerprint})")
-
-
-MANIFEST_KEYS: dict[str, tuple[type, ...]] = {
-    "kind": (str,),
-    "model": (str,),
-    "dataset": (str,),
-    "corpus_fingerprint": (str,),
-    "n_docs": (int,),
-    "encoder_fingerprint": (str,),
-    "metric": (str,),
-    "normalized": (bool,),
-    "postprocess": (str,),
-    "index_factory": (str, type(None)),
-    "search_params": (str,),
-    "dim": (int, type(None)),
-    "layer": (str, int),
-    "postprocess_params": (dict, type(None)),
-    "geometry_raw": (dict, type(None)),
-    "geometry": (dict, type(None)),
-    "random_pair_cosines": (dict, type(None)),
-    "backend": (str,),
-    "quantize": (str,),
-    "encoded_on": (str,),
-    "fit_sample": (int, type(None)),
-    "cone_version": (str,),
-    "created": (str,),
-    "format": (int,),
-}
-VECTORS_ONLY = (
-    "dim",
-    "index_factory",
-    "postprocess_params",
-    "geometry_raw",
-    "geometry",
-    "random_pair_cosines",
-    "fit_sample",
-)
-_BASE = {"kind", "model", "dataset", "corpus_fingerprint", "n_docs", "encoder_fingerprint", "metric"}
-REQUIRED = {
-    "bm25": _BASE,
-    "dense": _BASE | {"dim", "postprocess", "index_factory", "geometry_raw", "geometry", "random_pair_cosines"},
-}
-
-
-def _check_key(data: dict, key: str, kinds: tuple[type, ...], source: Path, required: bool) -> None:
-    if key not in data or (data[key] is None and required):
-        if required:
-            raise DamagedIndex(f"{source}: manifest lacks {key!r}")
-        return
-    value = data[key]
-    if not of_type(value, kinds):
-        raise DamagedIndex(f"{source}: manifest's {key!r} is {str(value)[:40]!r}, not {type_names(kinds)}")
-    if key == "kind" and value not in KINDS:
-        raise DamagedIndex(f"{source}: manifest's 'kind' is {value!r}, not one of {', '.join(KINDS)}")
-    if key in ("n_docs", "dim", "fit_sample") and value is not None and value < 1:
-        raise DamagedIndex(f"{source}: manifest's {key!r} is {value}")
-    if key == "layer" and value not in ("last", "emb") and not (isinstance(value, int) and value >= 0):
-        raise DamagedIndex(f"{source}: manifest's 'layer' is {str(value)[:20]!r}, not last, emb or a layer number")
-
-
-def _check_numbers(values: dict, what: str, source: Path) -> None:
-    bad = [k for k, v in values.items() if not is_number(v)]
-    if bad:
-        raise DamagedIndex(f"{source}: manifest's {what} has a non-numeric {bad[0]!r}")
-
-
-def _check_pair_cosines(summary: dict, source: Path) -> None:
-    what = "'random_pair_cosines'"
-    histogram = summary.get("histogram")
-    stats = {k: summary.get(k) for k in PAIR_STATS}
-    _check_numbers(stats, what, source)
-    if not of_type(summary.get("n_pairs"), (int,)) or set(summary) != {*PAIR_STATS, "n_pairs", "histogram"}:
-        raise DamagedIndex(f"{source}: manifest's {what} needs {', '.join(PAIR_STATS)}, n_pairs and histogram")
-    if not isinstance(histogram, dict) or set(histogram) != {"edges", "counts"}:
-        raise DamagedIndex(f"{source}: manifest's {what} lacks its histogram (edges and counts)")
-    edges, counts = histogram.get("edges"), histogram.get("counts")
-    if not (isinstance(edges, list) and isinstance(counts, list) and len(edges) == len(counts) + 1 > 1):
-        raise DamagedIndex(f"{source}: manifest's {what} histogram needs edges one longer than counts")
-    _check_numbers(dict(enumerate(edges)), f"{what} histogram edges", source)
-    if not all(of_type(c, (int,)) and c >= 0 for c in counts):
-        raise DamagedIndex(f"{source}: manifest's {what} histogram counts are not counts")
 
 
 LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-[0-9a-f]{8}$")  # .NAME.tmp-<hex>, .NAME.old-<hex>
@@ -326,36 +155,44 @@ class DocWriter:
         self.count += 1
 
     def close(self) -> None:
+        if self._docs.closed:
+            return
         self._offsets.write(struct.pack("<Q", self._position))
         self._docs.close()
         self._offsets.close()
 
 
-def write_docs(folder: Path, doc_ids: list[str], corpus: Corpus) -> None:
-    writer = DocWriter(folder)
+def write_docs(writer: DocWriter, doc_ids: list[str], corpus: Corpus) -> None:
     for doc_id in doc_ids:
         writer.add(doc_id, corpus[doc_id]["title"], corpus[doc_id]["text"])
-    writer.close()
 
 
-def write_manifest(folder: Path, manifest: Manifest) -> None:
-    """Written last and atomically: a folder with a manifest is a complete index."""
-    tmp = folder / f"{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest.to_dict(), indent=2))
-    os.replace(tmp, folder / MANIFEST)
+class IndexFolder:
+    """An index folder while a build writes it (in its temporary place): the index files under ``path``, the
+    documents through ``docs`` as they come, and the manifest, which ``writing_index`` writes last."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.docs = DocWriter(path)
+        self.manifest: DenseManifest | BM25Manifest | None = None
+
+    def add_docs(self, doc_ids: list[str], corpus: Corpus) -> None:
+        write_docs(self.docs, doc_ids, corpus)
 
 
-def read_manifest(folder: Path) -> Manifest:
-    file = Path(folder) / MANIFEST
-    if not file.is_file():
-        raise DamagedIndex(f"{folder}: not an index (no {MANIFEST})")
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DamagedIndex(f"{file}: corrupt manifest ({getattr(exc, 'msg', exc)})") from None
-    except OSError as exc:
-        raise DamagedIndex(f"{file}: unreadable manifest ({exc.strerror})") from None
-    return Manifest.from_dict(data, file)
+@contextmanager
+def writing_index(out: Path) -> Iterator[IndexFolder]:
+    """The one way an index folder is written, by every builder: atomically (``atomic_folder``), its document
+    table closed and its manifest written last, so a folder with a manifest is a complete index."""
+    with atomic_folder(out) as tmp:
+        folder = IndexFolder(tmp)
+        try:
+            yield folder
+        finally:
+            folder.docs.close()
+        if folder.manifest is None:
+            raise RuntimeError(f"{out}: a build ended without its manifest")  # a defect of the builder
+        write_manifest(tmp, folder.manifest)
 
 
 def _doc_record(line: bytes) -> dict[str, str]:

@@ -25,15 +25,8 @@ from cone.errors import ClusterError, InputError
 from cone.geometry import unit_rows
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.dense import (
-    INDEX_FILE,
-    IVF_DATA,
-    PARAMS_FILE,
-    CorpusIdentity,
-    correct_vectors,
-    dense_manifest,
-    set_search_params,
-)
+from cone.indexing.dense import PARAMS_FILE, CorpusIdentity, correct_vectors, dense_manifest
+from cone.indexing.factory import INDEX_FILE, IVF_DATA, make_faiss, parse_factory, set_search_params, train_faiss
 from cone.output import native_stdout_silenced
 
 SHARDS = "shards"  # scratch folder of the build: raw vectors and per-shard inverted lists, removed at the end
@@ -55,10 +48,9 @@ def check_streamable(factory: str, dim: int) -> None:
     """Only inverted lists can live on disk: a streamed build needs a plain IVF factory (IVF4096,Flat,
     IVF4096,SQ8, IVF4096,PQ32, optionally after a transform such as PCA64), nothing kept beside the lists (no
     IDMap, no refinement) and lists FAISS can merge onto disk (not the fast-scan ones)."""
-    try:
-        built = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)  # kept: it owns what is downcast
-    except RuntimeError as exc:
-        raise InputError(f"invalid --index-factory {factory!r}: {str(exc).splitlines()[-1][:120]}") from None
+    if parse_factory(factory).binary:
+        raise InputError(f"--stream needs a plain IVF factory such as IVF1024,Flat, not {factory!r}")
+    built = make_faiss(dim, factory)  # kept: it owns what is downcast
     index = faiss.downcast_index(built)
     if isinstance(index, faiss.IndexPreTransform):
         index = faiss.downcast_index(index.index)
@@ -101,10 +93,10 @@ def _count_documents(corpus_file: Path) -> int:
 class _ShardWriter:
     """Raw vectors to shard files of ``size`` rows, the document table and the corpus fingerprint, as they come."""
 
-    def __init__(self, folder: Path, size: int) -> None:
+    def __init__(self, folder: Path, size: int, docs: store.DocWriter) -> None:
         self.folder, self.size = folder, size
         self.shards: list[Path] = []
-        self.docs = store.DocWriter(folder.parent)
+        self.docs = docs
         self.fingerprint = CorpusFingerprint()
         self._pending: list[np.ndarray] = []
 
@@ -119,7 +111,6 @@ class _ShardWriter:
     def close(self) -> None:
         if self._pending:
             self._flush(sum(len(v) for v in self._pending))
-        self.docs.close()
 
     def _flush(self, rows: int) -> None:
         pending = np.concatenate(self._pending)
@@ -191,11 +182,12 @@ def build_dense_streaming(
     postprocess = pp.parse(postprocess)
     options = options or StreamOptions()
     check_streamable(factory, encoder.dim)
+    make_faiss(encoder.dim, factory, search_params)  # bad search parameters refused before any encoding
     on_cluster = encoder.encoded_on != LOCAL  # a cone.encoders.cluster.RayEncoder
-    with store.atomic_folder(out) as tmp:
-        scratch = tmp / SHARDS
+    with store.writing_index(out) as folder:
+        scratch = folder.path / SHARDS
         scratch.mkdir()
-        writer = _ShardWriter(scratch, options.shard_size)
+        writer = _ShardWriter(scratch, options.shard_size, folder.docs)
         with tqdm(desc=f"encode {encoder.name}", unit="doc", disable=not progress) as bar:
             batches = (
                 _cluster_batches(encoder, dataset, bar)
@@ -206,24 +198,20 @@ def build_dense_streaming(
                 writer.add(docs, vectors)
                 bar.update(0 if on_cluster else len(docs))
         writer.close()
-        n_docs = writer.docs.count
+        n_docs = folder.docs.count
         if n_docs == 0:
             raise InputError(f"{dataset / 'corpus.jsonl'}: no documents")
         sample = _sample(writer.shards, n_docs, options)
         corrected = correct_vectors(sample, postprocess)
-        index = faiss.index_factory(encoder.dim, factory, faiss.METRIC_INNER_PRODUCT)
-        try:
-            index.train(corrected.vectors)
-        except RuntimeError as exc:
-            reason = str(exc).splitlines()[-1].split("Error: ")[-1][:200]
-            raise InputError(f"--index-factory {factory!r} on a sample of {len(sample):,} vectors: {reason}") from None
+        index = make_faiss(encoder.dim, factory, search_params)
+        train_faiss(index, corrected.vectors, factory)
         with tqdm(total=n_docs, desc="fill index on disk", unit="doc", disable=not progress) as bar:
-            _fill_on_disk(index, writer.shards, corrected.params, tmp, bar)
+            _fill_on_disk(index, writer.shards, corrected.params, folder.path, bar)
         _point_lists_at(index, out)
         set_search_params(index, search_params)
-        faiss.write_index(index, str(tmp / INDEX_FILE))
+        faiss.write_index(index, str(folder.path / INDEX_FILE))
         shutil.rmtree(scratch)
-        np.savez(tmp / PARAMS_FILE, **corrected.params)
+        np.savez(folder.path / PARAMS_FILE, **corrected.params)
         identity = CorpusIdentity(dataset.name, writer.fingerprint.hexdigest(), n_docs)
-        store.write_manifest(tmp, dense_manifest(encoder, identity, corrected, factory, search_params, len(sample)))
+        folder.manifest = dense_manifest(encoder, identity, corrected, factory, search_params, len(sample))
     return out

@@ -17,7 +17,6 @@ from pydantic import StringConstraints
 
 from cone import __version__
 from cone.indexing.postprocess import is_synthetic
-from cone.indexing.store import PAIR_STATS
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings
 from cone.service.limits import BodyLimit, short, validation_error
 from cone.service.plots import histogram_png
@@ -113,7 +112,7 @@ def histogram_of(entry: Entry) -> Histogram:
         detail = "BM25 scores are not cosines" if entry.manifest and entry.manifest.kind == "bm25" else None
         raise HTTPException(409, f"model {entry.name!r} has no cosine histogram: {detail or 'rebuild its index'}")
     name = f"{entry.name} (synthetic)" if synthetic(entry) else entry.name
-    return Histogram(name=name, **summary["histogram"], **{k: summary[k] for k in (*PAIR_STATS, "n_pairs")})
+    return Histogram(name=name, **summary.histogram.model_dump(), **summary.model_dump(exclude={"histogram"}))
 
 
 @router.get("/models", response_model=ModelsResponse, responses=ERRORS)

@@ -17,6 +17,7 @@ from cone.encoders.registry import MODEL_NAMES, missing
 from cone.errors import ConeError, ModelUnavailable
 from cone.indexing import store
 from cone.indexing.index import Index
+from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 from cone.indexing.open import open_index
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
 
@@ -31,7 +32,7 @@ class Entry:
     searches are gathered into batches (``batching``) that take it once."""
 
     name: str
-    manifest: store.Manifest | None
+    manifest: DenseManifest | BM25Manifest | None
     index: Index | None = None
     reason: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -88,7 +89,7 @@ def _open_entry(
     """One index as an entry; whatever goes wrong with it makes this entry unavailable, never the service."""
     manifest = None
     try:
-        manifest = store.read_manifest(path)
+        manifest = read_manifest(path)
         index = open_index(path, checkpoints, encoders=encoders, manifest=manifest)
     except ModelUnavailable as exc:
         return Entry(path.name, manifest, reason=exc.explanation)

@@ -6,6 +6,7 @@ import re
 
 from pydantic import BaseModel, Field, field_validator
 
+from cone.geometry.summary import Geometry
 from cone.service.registry import SPREAD_DOCS
 
 MAX_QUERY_CHARS = 1000
@@ -85,7 +86,7 @@ class ModelInfo(BaseModel):
     postprocess: str | None
     synthetic: bool = Field(description="a deliberate degradation (cone:, rogue:) of a model's vectors, not a model")
     metric: str | None
-    geometry: dict[str, float] | None
+    geometry: Geometry | None
 
 
 class ModelsResponse(BaseModel):
@@ -101,8 +102,8 @@ class CompareResponse(BaseModel):
 
 class GeometryResponse(BaseModel):
     name: str
-    geometry: dict[str, float] = Field(description="instruments on the indexed (corrected) vectors")
-    geometry_raw: dict[str, float] = Field(description="instruments on the encoder's raw vectors")
+    geometry: Geometry = Field(description="instruments on the indexed (corrected) vectors")
+    geometry_raw: Geometry = Field(description="instruments on the encoder's raw vectors")
 
 
 class Histogram(BaseModel):

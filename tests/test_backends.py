@@ -19,6 +19,7 @@ from cone.eval.harness import load_eval_data, run_eval
 from cone.eval.significance import pairs
 from cone.indexing import store
 from cone.indexing.dense import DenseIndex, build_dense
+from cone.indexing.manifest import read_manifest
 from cone.indexing.open import open_index
 
 pytest.importorskip("optimum.intel", reason="the OpenVINO backend is not installed (make install installs it)")
@@ -84,7 +85,7 @@ def test_an_index_records_its_runtime_and_refuses_queries_from_another(tiny_robe
     encoder = load_encoder(spec, runtime=OPENVINO)
     folder = build_dense(encoder, dataset, tmp_path / store.index_name(spec, "none", runtime=OPENVINO), progress=False)
     assert folder.name.endswith("-openvino")
-    manifest = store.read_manifest(folder)
+    manifest = read_manifest(folder)
     assert (manifest.backend, manifest.quantize) == ("openvino", "none")
     with pytest.raises(DamagedIndex, match="corpus encoded by openvino, queries would be by torch"):
         DenseIndex(folder, load_encoder(spec))
@@ -101,7 +102,7 @@ def test_cone_index_with_backend_and_quantize(tiny_roberta_dir, calibrated_data,
     out = ["--out", str(tmp_path / "idx"), "--no-progress"]
     assert main([*args, *out, "--backend", "openvino", "--quantize", "int8"]) == 0
     folder = next((tmp_path / "idx").iterdir())
-    assert folder.name.endswith("-openvino-int8") and store.read_manifest(folder).quantize == "int8"
+    assert folder.name.endswith("-openvino-int8") and read_manifest(folder).quantize == "int8"
     assert main([*args, *out, "--backend", "torch", "--quantize", "int8"]) == 2
     assert "--quantize int8 is not available with --backend torch" in capsys.readouterr().err
     assert main(["index", "--model", "bm25", "--dataset", "tiny", "--data-dir", str(calibrated_data), *out,

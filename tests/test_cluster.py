@@ -16,6 +16,7 @@ from cone.cli import main
 from cone.encoders import cluster
 from cone.errors import ClusterError
 from cone.indexing import store
+from cone.indexing.manifest import MANIFEST
 from cone.indexing.open import open_index
 
 ray = pytest.importorskip("ray", reason="cone[ray] is not installed (make install installs it)")
@@ -38,7 +39,7 @@ def index_argv(beir: Path, checkpoints: Path, out: Path, *extra: str) -> list[st
 
 
 def manifest_of(folder: Path) -> dict:
-    return json.loads((folder / store.MANIFEST).read_text())
+    return json.loads((folder / MANIFEST).read_text())
 
 
 def same_but_how_built(local: dict, on_ray: dict) -> None:

@@ -24,8 +24,8 @@ from cone.data.loaders import load_beir
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import store
 from cone.indexing.lexical import build_bm25
+from cone.indexing.manifest import REQUIRED
 from cone.indexing.open import open_index
-from cone.indexing.store import REQUIRED
 from cone.output import dump_json
 from cone.service.app import create_app
 from cone.service.registry import Registry, load_entries

@@ -83,7 +83,7 @@ def test_a_chained_synthetic_spec_round_trips_through_its_index(tiny_beir, tiny_
     build_dense(enc, ds, folder, spec, "SQfp16", progress=False)
     index = open_index(folder, tiny_checkpoints)
     assert index.manifest.postprocess == spec and sorted(index.params) == pp.param_names(spec)
-    assert index.manifest.random_pair_cosines["mean"] == pytest.approx(0.9, abs=0.02)  # 20,000 sampled pairs
+    assert index.manifest.random_pair_cosines.mean == pytest.approx(0.9, abs=0.02)  # 20,000 sampled pairs
     texts = [ds.queries["q1"]]
     assert np.array_equal(index.search(texts, 5).rows, index.search(enc.encode(texts), 5).rows)
 

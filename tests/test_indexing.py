@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -13,8 +15,10 @@ from cone.encoders.st import ROBERTA_PATH_ENV, roberta
 from cone.errors import ConeError, DamagedIndex, InputError, ModelUnavailable
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.dense import DenseIndex, build_dense, build_faiss
+from cone.indexing.dense import DenseIndex, build_dense
+from cone.indexing.factory import build_codes
 from cone.indexing.lexical import BM25Index, build_bm25
+from cone.indexing.manifest import manifest_from_dict, read_manifest
 from cone.indexing.open import open_index
 
 
@@ -67,7 +71,7 @@ def test_tiny_roberta_end_to_end(tiny_beir, tiny_roberta_dir, tmp_path, monkeypa
     assert enc.name == "roberta" and enc.dim == 32
     ds = load_beir(tiny_beir, "tiny")
     folder = build_dense(enc, ds, tmp_path / "idx" / "roberta", progress=False)
-    manifest = store.read_manifest(folder)
+    manifest = read_manifest(folder)
     assert manifest.model == "roberta" and manifest.n_docs == 40 and manifest.dim == 32
     index = open_index(folder)
     scores = index.search(["the cell protein"], 5).scores
@@ -230,27 +234,32 @@ def _damaged(manifest: dict, key: str, value: object) -> dict:
         ("metric", KeyError, "lacks 'metric'"),
         ("geometry_raw", KeyError, "lacks 'geometry_raw'"),
         ("kind", "sparse", "not one of dense, bm25"),
-        ("n_docs", True, "not int"),
-        ("n_docs", -1, "'n_docs' is -1"),
-        ("dim", "x", "not int"),
-        ("geometry.anisotropy", "high", "non-numeric 'anisotropy'"),
+        ("kind", KeyError, "lacks 'kind'"),
+        ("n_docs", True, "'n_docs' is true: Input should be a valid integer"),
+        ("n_docs", -1, "'n_docs' is -1: Input should be greater than 0"),
+        ("dim", "x", "'dim' is 'x': Input should be a valid integer"),
+        ("geometry.anisotropy", "high", "'geometry.anisotropy' is 'high': Input should be a valid number"),
+        ("geometry.anisotropy", float("nan"), "'geometry.anisotropy' is NaN: Input should be a finite number"),
+        ("geometry.n", 5.5, "'geometry.n' is 5.5: Input should be a valid integer"),
         ("random_pair_cosines.histogram.counts", [1, 2], "edges one longer than counts"),
-        ("random_pair_cosines.mean", None, "non-numeric 'mean'"),
-        ("random_pair_cosines.n_pairs", 3.5, "needs mean, std, p1, p50, p99, n_pairs and histogram"),
-        ("random_pair_cosines.name", "x", "needs mean, std"),
-        ("random_pair_cosines.histogram.name", "x", "lacks its histogram"),
+        ("random_pair_cosines.mean", None, "'random_pair_cosines.mean' is null"),
+        ("random_pair_cosines.n_pairs", 3.5, "'random_pair_cosines.n_pairs' is 3.5: Input should be a valid integer"),
+        ("random_pair_cosines.name", "x", "'random_pair_cosines.name' is 'x': Extra inputs are not permitted"),
+        ("random_pair_cosines.histogram.name", "x", "'random_pair_cosines.histogram.name' is 'x': Extra inputs"),
         ("n_docs", 0, "'n_docs' is 0"),
-        ("layer", -2, "not last, emb or a layer number"),
+        ("layer", -2, "'layer' is -2: not last, emb or a layer number"),
         ("postprocess", "whitening", "unknown --postprocess"),
+        ("quantize", "int3", "'quantize' is 'int3': unknown quantization"),
+        ("format", 2, "manifest format 2 is not the 1 this cone"),
     ],
 )
 def test_a_damaged_manifest_is_one_clear_error_naming_the_key(dense_manifest, tmp_path, key, value, message):
     with pytest.raises(DamagedIndex, match=message):
-        store.Manifest.from_dict(_damaged(dense_manifest, key, value), tmp_path / "manifest.json")
+        manifest_from_dict(_damaged(dense_manifest, key, value), tmp_path / "manifest.json")
 
 
 def test_a_whole_manifest_reads_back_as_it_was_written(dense_manifest, tmp_path):
-    manifest = store.Manifest.from_dict(dense_manifest, tmp_path / "manifest.json")
+    manifest = manifest_from_dict(dense_manifest, tmp_path / "manifest.json")
     assert manifest.to_dict() == dense_manifest and manifest.kind == "dense" and manifest.dim == 32
 
 
@@ -282,14 +291,14 @@ def test_any_beir_folder_can_be_named_by_its_path(tiny_beir, tmp_path, capsys):
         main(["index", "--model", "bm25", "--dataset", str(moved), "--out", str(tmp_path / "idx"), "--no-progress"])
         == 0
     )
-    assert store.read_manifest(tmp_path / "idx" / "bm25").dataset == "mine"
+    assert read_manifest(tmp_path / "idx" / "bm25").dataset == "mine"
 
 
 @pytest.mark.parametrize("factory", ["PQ4", "IVF2,PQ4", "OPQ4,PQ4"])
 def test_pq_skips_polysemous_training_only_where_no_search_reads_it(factory):
     vectors = np.random.default_rng(0).standard_normal((600, 16)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    skipped, kept = build_faiss(vectors, factory), build_faiss(vectors, factory, "ht=64")
+    skipped, kept = build_codes(vectors, factory).index, build_codes(vectors, factory, "ht=64").index
     pq = [faiss.downcast_index(i) for i in (skipped, kept)]
     pq = [faiss.downcast_index(i.index) if isinstance(i, faiss.IndexPreTransform) else i for i in pq]
     assert [i.do_polysemous_training for i in pq] == [False, True]
@@ -310,3 +319,24 @@ def test_the_shipped_minilm_loads_without_transformers_load_noise(capfd):
     err = capfd.readouterr().err
     assert "LOAD REPORT" not in err and "Loading weights" not in err
     assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == before  # restored after
+
+
+# Index folders written by cone 0.1.0 before manifests were typed (tests/fixtures/index-0.1.0, 30 made-up
+# documents, the shipped baseline checkpoint), with the top 3 that code answered for "cell protein expression".
+OLD_FOLDERS = Path(__file__).parent / "fixtures" / "index-0.1.0"
+OLD_ANSWERS = {
+    "baseline": [("d12", 0.63276), ("d3", 0.60729), ("d10", 0.59188)],
+    "bm25": [("d19", 0.87269), ("d12", 0.77473), ("d23", 0.65313)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(OLD_ANSWERS))
+def test_folders_written_before_typed_manifests_still_load_and_answer_the_same(name, tmp_path):
+    folder = shutil.copytree(OLD_FOLDERS / name, tmp_path / name)
+    written = json.loads((folder / "manifest.json").read_text())
+    index = open_index(folder)
+    assert index.manifest.to_dict() == written  # every key kept; geometry's n and d (5183.0) now counts
+    if name == "baseline":
+        assert written["geometry"]["n"] == 30.0 and index.manifest.geometry.n == 30
+    hits = index.search(["cell protein expression"], 3).hits(0)
+    assert [(h.doc_id, round(h.score, 5)) for h in hits] == OLD_ANSWERS[name]

@@ -15,7 +15,9 @@ from cone.data.loaders import load_beir
 from cone.encoders.registry import load_encoder
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import store, streaming
-from cone.indexing.dense import IVF_DATA, build_dense
+from cone.indexing.dense import build_dense
+from cone.indexing.factory import IVF_DATA
+from cone.indexing.manifest import MANIFEST
 from cone.indexing.open import open_index
 from cone.indexing.streaming import StreamOptions, build_dense_streaming
 from cone.service.app import create_app
@@ -48,8 +50,8 @@ def test_a_streamed_index_answers_as_the_in_memory_one(shared_tiny_beir, tiny_ch
     manifest = b.manifest
     assert manifest.n_docs == 40 and manifest.fit_sample == 40 and manifest.index_factory == "IVF4,Flat"
     # the sample is every row here, in another order: only uniformity (over random pairs) may move
-    order_free = {k: v for k, v in a.manifest.geometry.items() if not k.startswith("uniformity")}
-    assert {k: manifest.geometry[k] for k in order_free} == pytest.approx(order_free, rel=1e-4, abs=1e-6)
+    order_free = {k: v for k, v in a.manifest.geometry.model_dump().items() if not k.startswith("uniformity")}
+    assert {k: getattr(manifest.geometry, k) for k in order_free} == pytest.approx(order_free, rel=1e-4, abs=1e-6)
     assert [b.docs[r]["id"] for r in range(3)] == ["d0", "d1", "d2"]  # the file's order, not sorted ids
     assert manifest.corpus_fingerprint == a.manifest.corpus_fingerprint  # the same documents, whatever the order
 
@@ -85,7 +87,7 @@ def test_a_streamed_build_needs_an_ivf_factory_and_says_so_before_encoding(share
 def test_a_failed_streamed_build_keeps_the_previous_index(shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
     encoder = load_encoder("baseline", tiny_checkpoints)
     out = streamed(encoder, shared_tiny_beir, tmp_path / "idx")
-    before = (out / store.MANIFEST).read_text()
+    before = (out / MANIFEST).read_text()
     calls, encode = [], encoder.encode
 
     def failing(texts, **kw):
@@ -97,7 +99,7 @@ def test_a_failed_streamed_build_keeps_the_previous_index(shared_tiny_beir, tiny
     monkeypatch.setattr(encoder, "encode", failing)
     with pytest.raises(InputError, match="shard 3"):
         streamed(encoder, shared_tiny_beir, out)
-    assert (out / store.MANIFEST).read_text() == before and [p.name for p in tmp_path.iterdir()] == ["idx"]
+    assert (out / MANIFEST).read_text() == before and [p.name for p in tmp_path.iterdir()] == ["idx"]
 
 
 def test_the_document_table_is_read_from_disk_and_checked(shared_tiny_beir, tiny_checkpoints, tmp_path):
@@ -145,7 +147,7 @@ def test_cone_index_stream_from_the_command_line(shared_tiny_beir, tmp_path, tin
     argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--stream", "--shard-size", "9"]
     assert main([*argv, "--index-factory", "IVF4,PQ4x4", "--search-params", "nprobe=2", "--no-progress"]) == 0
     assert capsys.readouterr().out.strip() == f"index written to {tmp_path / 'baseline'}"  # FAISS's printf silenced
-    manifest = json.loads((tmp_path / "baseline" / store.MANIFEST).read_text())
+    manifest = json.loads((tmp_path / "baseline" / MANIFEST).read_text())
     assert manifest["encoded_on"] == "local" and manifest["search_params"] == "nprobe=2"
 
 

@@ -1,0 +1,294 @@
+"""Index types by name, and the one place FAISS indexes are made, trained, filled, written and read.
+
+A type is a FAISS factory string (``Flat``, ``SQ8``, ``PQ32``, ``HNSW32``, ``IVF1024,Flat``, ``RaBitQ``,
+``IVF64,RaBitQ``, ...) or a 1-bit code: ``BIN`` (the sign of each coordinate, searched by Hamming distance) and
+``BIN+rescore:R`` (Hamming's top R rescored by the float query against the stored float32 vectors: the recipe
+sentence-transformers documents for binary quantization). Specs and search parameters are checked here, before
+FAISS sees them: some strings FAISS accepts build an index that fails every search (``IVF0``), scores nothing
+(``SQ0``), crashes the process (``HNSW1``) or never finishes (``NSG4``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from cone.errors import DamagedIndex, InputError
+from cone.output import native_stdout_silenced
+
+INDEX_FILE = "index.faiss"
+BINARY_FILE = "index.faissbin"  # a FAISS binary index of the codes
+RESCORE_FILE = "rescore.npy"  # BIN+rescore's float32 unit vectors, in row order
+IVF_DATA = "index.ivfdata"  # a streamed build's inverted lists, on disk
+DEFAULT_FACTORY = "Flat"
+BINARY = re.compile(r"^BIN(?:\+rescore:(?P<depth>\d+))?$")
+SCALAR_BITS = ("4", "6", "8")  # SQ4, SQ6, SQ8 (and SQfp16, SQbf16, SQ8_direct...)
+MIN_DEGREE = {"HNSW": 2, "NSG": 8}  # below these FAISS crashes (HNSW0 SIGABRT, HNSW1 SIGSEGV) or hangs (NSG<8)
+COUNTED_PARAMS = ("nprobe", "efSearch", "qb", "ht", "max_codes", "k_factor")  # each must be a count > 0
+QUERY_BITS = range(1, 9)  # RaBitQ's query quantization (qb)
+
+
+@dataclass(frozen=True)
+class IndexType:
+    """A parsed, checked ``--index-factory``."""
+
+    factory: str
+    rescore: int | None = None  # BIN+rescore:R
+
+    @property
+    def binary(self) -> bool:
+        return self.factory.startswith("BIN")
+
+    @property
+    def ivf_lists(self) -> int | None:
+        found = re.match(r"^(?:[^,]*,)?IVF(\d+)", self.factory)
+        return int(found.group(1)) if found else None
+
+
+def _refuse(factory: str, why: str) -> InputError:
+    return InputError(f"invalid --index-factory {factory!r}: {why}")
+
+
+def parse_factory(factory: str) -> IndexType:
+    """Check a spec's every count and degree; the strings FAISS would crash or hang on never reach it."""
+    factory = factory.strip()
+    if not factory:
+        raise _refuse(factory, "empty")
+    binary = BINARY.match(factory)
+    if binary:
+        depth = binary.group("depth")
+        if depth is not None and int(depth) < 1:
+            raise _refuse(factory, "the rescoring depth R must be at least 1")
+        return IndexType(factory, int(depth) if depth else None)
+    if "BIN" in factory:
+        raise _refuse(factory, "1-bit codes are BIN or BIN+rescore:R, alone")
+    for part in factory.split(","):
+        if any(int(count) == 0 for count in re.findall(r"\d+", part)):
+            raise _refuse(factory, f"{part!r} has a count of 0 (every count must be > 0)")
+        for name, least in MIN_DEGREE.items():
+            degree = re.search(rf"{name}(\d+)", part)
+            if degree and int(degree.group(1)) < least:
+                raise _refuse(factory, f"{part!r}: {name} needs a degree of at least {least}")
+        bits = re.fullmatch(r"SQ(\d+)", part)
+        if bits and bits.group(1) not in SCALAR_BITS:
+            raise _refuse(factory, f"{part!r}: scalar quantizers have {', '.join(SCALAR_BITS)} bits (or SQfp16)")
+    return IndexType(factory)
+
+
+def parse_search_params(params: str) -> dict[str, str]:
+    """``name=value,...`` with every known count > 0; FAISS checks the names it knows when they are set."""
+    settings: dict[str, str] = {}
+    for setting in filter(None, (s.strip() for s in params.split(","))):
+        name, sep, value = setting.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise InputError(f"invalid --search-params {params!r}: {setting!r} is not name=value")
+        name, value = name.strip(), value.strip()
+        if name in COUNTED_PARAMS and not (value.isdigit() and int(value) > 0):
+            raise InputError(f"invalid --search-params {params!r}: {name} must be a whole number > 0, not {value!r}")
+        if name == "qb" and int(value) not in QUERY_BITS:
+            raise InputError(f"invalid --search-params {params!r}: qb (RaBitQ's query bits) is 1 to 8, not {value}")
+        settings[name] = value
+    return settings
+
+
+def _rabitq(index: faiss.Index) -> object | None:
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexPreTransform):
+        inner = faiss.downcast_index(inner.index)
+    return inner if hasattr(inner, "qb") else None
+
+
+def set_search_params(index: faiss.Index, params: str) -> None:
+    """FAISS search-time settings ("nprobe=32", "efSearch=128", RaBitQ's "qb=4"): not part of a factory string,
+    so the manifest keeps them and every load applies them."""
+    settings = parse_search_params(params)
+    query_bits = settings.pop("qb", None)
+    if query_bits is not None:
+        rabitq = _rabitq(index)
+        if rabitq is None:
+            raise InputError(f"invalid --search-params {params!r}: qb applies to RaBitQ indexes only")
+        rabitq.qb = int(query_bits)
+    if not settings:
+        return
+    try:
+        faiss.ParameterSpace().set_index_parameters(index, ",".join(f"{k}={v}" for k, v in settings.items()))
+    except RuntimeError as exc:
+        raise InputError(f"invalid --search-params {params!r}: {str(exc).splitlines()[-1][:160]}") from None
+
+
+def _skip_polysemous_training(index: faiss.Index, search_params: str) -> None:
+    """A factory's PQ (``PQ32``, ``IVF256,PQ32``) defaults to polysemous training, which only renumbers the
+    centroids so that Hamming distances between codes approximate theirs; it changes no code's distance and
+    so no search result, unless a search uses the Hamming filter (``ht=`` in the search params). It was 93%
+    of a PQ32 build on SciFact (26 s of 28 s), so it is skipped where nothing reads it."""
+    if "ht" in parse_search_params(search_params):
+        return
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexPreTransform):
+        inner = faiss.downcast_index(inner.index)
+    if getattr(inner, "do_polysemous_training", False):
+        inner.do_polysemous_training = False
+
+
+def make_faiss(dim: int, factory: str, search_params: str = "") -> faiss.Index:
+    """An empty float index of a checked FAISS factory string (inner product: the vectors are unit rows)."""
+    kind = parse_factory(factory)
+    if kind.binary:
+        raise _refuse(factory, "1-bit codes are not a FAISS factory string here")
+    parse_search_params(search_params)
+    try:
+        index = faiss.index_factory(dim, kind.factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        raise _refuse(factory, str(exc).splitlines()[-1][:160]) from None
+    _skip_polysemous_training(index, search_params)
+    return index
+
+
+def train_faiss(index: faiss.Index, sample: np.ndarray, factory: str) -> None:
+    """Train on ``sample`` (all the vectors, or a streamed build's sample); too few vectors is refused with the
+    numbers, before FAISS's clustering would fail or warn."""
+    lists = parse_factory(factory).ivf_lists
+    if lists is not None and lists > len(sample):
+        raise InputError(
+            f"--index-factory {factory!r} has {lists:,} inverted lists but only {len(sample):,} vectors to train "
+            f"them; use IVF{max(1, len(sample) // 39)} or fewer lists (FAISS wants ~39 vectors per list)"
+        )
+    if index.is_trained:
+        return
+    try:
+        index.train(sample)
+    except RuntimeError as exc:  # e.g. fewer training vectors than a PQ's 256 centroids
+        reason = str(exc).splitlines()[-1].split("Error: ")[-1][:200]
+        raise InputError(f"--index-factory {factory!r} on {len(sample):,} vectors: {reason}") from None
+
+
+class FloatCodes:
+    """A FAISS float index: exact (Flat) or approximate and compressed (SQ, PQ, HNSW, IVF, RaBitQ)."""
+
+    def __init__(self, index: faiss.Index) -> None:
+        self.index = index
+
+    @property
+    def ntotal(self) -> int:
+        return self.index.ntotal
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(queries, k)
+
+    def vectors(self) -> np.ndarray:
+        try:
+            return self.index.reconstruct_n(0, self.index.ntotal)
+        except RuntimeError:
+            raise InputError("this FAISS index type cannot return its vectors; use a Flat index") from None
+
+    def write(self, folder: Path) -> None:
+        faiss.write_index(self.index, str(folder / INDEX_FILE))
+
+
+def sign_codes(vectors: np.ndarray) -> np.ndarray:
+    """One bit per coordinate (1 where > 0), packed 8 to a byte: sentence-transformers' own ``ubinary``."""
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    return quantize_embeddings(np.ascontiguousarray(vectors, dtype=np.float32), precision="ubinary")
+
+
+class BinaryCodes:
+    """``BIN``: Hamming distance between sign codes, scored as the share of agreeing signs mapped to [-1, 1]
+    (1 - 2 h / d). ``BIN+rescore:R``: Hamming's top max(R, k) re-ranked by the exact cosine with the stored
+    float32 vectors (so the index keeps d/8 bytes per vector in its codes, and 4d on disk for rescoring)."""
+
+    def __init__(self, index: faiss.IndexBinary, dim: int, rescore: int | None, floats: np.ndarray | None) -> None:
+        self.index, self.dim, self.rescore, self.floats = index, dim, rescore, floats
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, kind: IndexType) -> BinaryCodes:
+        dim = vectors.shape[1]
+        index = faiss.IndexBinaryFlat(8 * -(-dim // 8))  # codes are whole bytes: packbits pads with zeros
+        index.add(sign_codes(vectors))
+        floats = np.ascontiguousarray(vectors, dtype=np.float32) if kind.rescore else None
+        return cls(index, dim, kind.rescore, floats)
+
+    @property
+    def ntotal(self) -> int:
+        return self.index.ntotal
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        depth = min(max(k, self.rescore or 0), self.ntotal)
+        hamming, rows = self.index.search(sign_codes(queries), depth)
+        if self.floats is None:
+            return (1.0 - 2.0 * hamming / self.dim).astype(np.float32), rows
+        found = np.maximum(rows, 0)
+        cosines = np.einsum("qd,qrd->qr", queries.astype(np.float32), self.floats[found])
+        cosines[rows < 0] = -np.inf
+        order = np.argsort(-cosines, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(cosines, order, 1), np.take_along_axis(rows, order, 1)
+
+    def vectors(self) -> np.ndarray:
+        if self.floats is None:
+            raise InputError("a BIN index keeps only sign bits; BIN+rescore:R or Flat keep the vectors")
+        return self.floats
+
+    def write(self, folder: Path) -> None:
+        faiss.write_index_binary(self.index, str(folder / BINARY_FILE))
+        if self.floats is not None:
+            np.save(folder / RESCORE_FILE, self.floats)
+
+
+Codes = FloatCodes | BinaryCodes
+
+
+def build_codes(vectors: np.ndarray, factory: str, search_params: str = "") -> Codes:
+    """The index of ``factory`` over ``vectors`` (unit rows), trained, filled and with its search parameters."""
+    kind = parse_factory(factory)
+    if kind.binary:
+        if parse_search_params(search_params):
+            raise InputError(f"invalid --search-params {search_params!r}: a BIN index has no search parameters")
+        return BinaryCodes.build(vectors, kind)
+    index = make_faiss(vectors.shape[1], factory, search_params)
+    train_faiss(index, vectors, factory)
+    try:
+        index.add(vectors)
+    except RuntimeError as exc:
+        raise InputError(f"--index-factory {factory!r}: {str(exc).splitlines()[-1][:200]}") from None
+    set_search_params(index, search_params)
+    return FloatCodes(index)
+
+
+def read_codes(folder: Path, factory: str, dim: int, search_params: str, on_disk: bool) -> Codes:
+    """What ``Codes.write`` wrote; ``on_disk``: a streamed build's inverted lists stay on disk, opened read-only
+    (the service's volume may be) from beside the index file, never from the path the build recorded (another
+    index's, if the folder moved). Raises DamagedIndex for unreadable files."""
+    kind = parse_factory(factory)
+    try:
+        if kind.binary:
+            floats = np.load(folder / RESCORE_FILE) if kind.rescore else None
+            if floats is not None and (floats.dtype != np.float32 or floats.ndim != 2 or floats.shape[1] != dim):
+                raise DamagedIndex(f"{folder}: {RESCORE_FILE} does not hold {dim}-dim float32 vectors")
+            codes: Codes = BinaryCodes(faiss.read_index_binary(str(folder / BINARY_FILE)), dim, kind.rescore, floats)
+            if floats is not None and len(floats) != codes.ntotal:
+                raise DamagedIndex(f"{folder}: {len(floats)} rescoring vectors for {codes.ntotal} codes")
+        elif not on_disk:
+            codes = FloatCodes(faiss.read_index(str(folder / INDEX_FILE)))
+        elif not (folder / IVF_DATA).is_file():
+            raise DamagedIndex(f"{folder}: a streamed index without its lists ({IVF_DATA})")
+        else:
+            with native_stdout_silenced():  # FAISS says where it found the lists, with a C printf
+                flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
+                codes = FloatCodes(faiss.read_index(str(folder / INDEX_FILE), flags))
+    except (RuntimeError, OSError, ValueError, EOFError) as exc:
+        raise DamagedIndex(f"{folder}: corrupt index files ({str(exc).splitlines()[0][:160]})") from None
+    expected = 8 * -(-dim // 8) if kind.binary else dim  # binary codes are whole bytes
+    if codes.index.d != expected:
+        raise DamagedIndex(f"{folder}: index of dimension {codes.index.d}, manifest says {dim}")
+    try:
+        if kind.binary and parse_search_params(search_params):
+            raise InputError(f"{search_params!r}: a BIN index has no search parameters")
+        if not kind.binary:
+            set_search_params(codes.index, search_params)
+    except InputError as exc:
+        raise DamagedIndex(f"{folder}: manifest's search_params: {exc}") from None
+    return codes
