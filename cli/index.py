@@ -13,6 +13,7 @@ from cone.cli.options import (
     add_progress_option,
     add_ray_options,
     add_runtime_options,
+    index_factory,
     layer,
     positive_int,
     ray_options,
@@ -37,7 +38,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="encode a corpus and build its FAISS (or BM25) index",
         description="Encode the dataset's corpus (title + text), apply a geometry correction fitted on the "
         "corpus, L2-normalise and build a FAISS inner-product index (scores are cosines). The index is "
-        "written atomically to INDEX_DIR/<model>[-<postprocess>] with a manifest.",
+        "written atomically to INDEX_DIR/<model>[-<runtime>][-layer<L>][-<postprocess>][-<factory>] with a manifest.",
     )
     p.add_argument("--model", required=True, help=f"{', '.join(MODEL_NAMES)} or st:PATH")
     add_dataset_option(p)
@@ -46,14 +47,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--postprocess", default="none", help="none | center | whiten | abtt:K (default none)")
     p.add_argument(
         "--index-factory",
+        type=index_factory,
         default=DEFAULT_FACTORY,
-        help="FAISS index factory string (default Flat = exact; for big corpora IVF4096,Flat with "
-        "--search-params nprobe=32, see docs/benchmarks.md)",
+        help="index type: a FAISS factory string (default Flat = exact; SQ8, PQ32, HNSW32, RaBitQ, IVF64,RaBitQ; "
+        "for big corpora IVF4096,Flat with --search-params nprobe=32, see docs/benchmarks.md), or 1-bit codes: "
+        "BIN (sign bits, Hamming distance) or BIN+rescore:R (Hamming's top R re-ranked by the float32 vectors)",
     )
     p.add_argument(
         "--search-params",
         default="",
-        help="FAISS search-time parameters kept in the manifest, e.g. nprobe=32 (IVF) or efSearch=128 (HNSW)",
+        help="FAISS search-time parameters kept in the manifest, e.g. nprobe=32 (IVF), efSearch=128 (HNSW) or "
+        "qb=4 (RaBitQ's query bits, 1-8)",
     )
     p.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
     add_runtime_options(p)
@@ -109,7 +113,8 @@ def _build_dense(
         check_streamable(args.index_factory, encoder.dim)  # before any encoding
     if ray is not None:
         encoder = RayEncoder(encoder, EncoderRecipe(args.model, args.checkpoints, runtime, root), ray)
-    out = args.out / store.index_name(args.model, postprocess, args.layer, runtime=runtime)
+    # The folder's name carries everything that built it, so another factory never replaces an index silently.
+    out = args.out / store.index_name(args.model, postprocess, args.layer, args.index_factory, runtime)
     if args.stream:
         options = StreamOptions(args.shard_size, args.sample_size)
         folder = dataset_folder(root, args.dataset)

@@ -12,6 +12,7 @@ from cone.data.loaders import DATA_DIR_ENV
 from cone.encoders.base import BACKENDS, QUANTIZATIONS, SUPPORTED, Runtime
 from cone.encoders.cluster import ACTORS_START_S, RayOptions, connected
 from cone.errors import InputError
+from cone.indexing.factory import parse_factory
 from cone.models.checkpoint import CHECKPOINTS_ENV
 
 
@@ -78,8 +79,16 @@ def _parse(text: str, kind: type, what: str) -> int | float:
 _FACTORY_PREFIX = re.compile(r"^(IVF\d+(_HNSW\d+)?|IMI\d+x\d+|OPQ\d+(_\d+)?|PCAR?\d+|RR\d+|L2norm)$")
 
 
+def index_factory(text: str) -> str:
+    """One index type (cone.indexing.factory), checked when the command line is read, before any work."""
+    try:
+        return parse_factory(text).factory
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def factory_list(text: str) -> list[str]:
-    """Comma- (or ;-) separated FAISS factory strings: Flat,SQ8,PQ32,IVF256,Flat -> [..., 'IVF256,Flat']."""
+    """Comma- (or ;-) separated index types: Flat,SQ8,PQ32,IVF256,Flat,BIN -> [..., 'IVF256,Flat', 'BIN']."""
     factories: list[str] = []
     if ";" in text:
         factories = [t.strip() for t in text.split(";") if t.strip()]
@@ -88,6 +97,7 @@ def factory_list(text: str) -> list[str]:
             factories[-1] += f",{token}"
         else:
             factories.append(token)
+    factories = [index_factory(factory) for factory in factories]
     if "Flat" not in factories:
         factories.insert(0, "Flat")  # the exact reference every other factory is measured against
     return factories

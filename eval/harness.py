@@ -119,15 +119,23 @@ def _open_or_build_dense(
     layer, runtime = encoder.layer, encoder.runtime
     folder = indexes / store.index_name(model, spec, layer, factory, runtime)
     params = "" if factory == DEFAULT_FACTORY else options.search_params
-    return _open_or_build(
-        folder,
-        lambda: open_index(
+
+    def open_matching() -> VectorIndex:
+        index = open_index(
             folder,
             model=model,
             corpus_fingerprint=data.dataset.fingerprint(),
             encoders={(model, layer, runtime): encoder},
             runtime=runtime,
-        ),
+        )
+        built = (index.manifest.postprocess, index.manifest.index_factory, index.manifest.search_params)
+        if built != (pp.parse(spec), factory, params):  # a folder of that name built otherwise: not this row's
+            raise DamagedIndex(f"{folder}: built as {built}, not {(spec, factory, params)}")
+        return index
+
+    return _open_or_build(
+        folder,
+        open_matching,
         lambda: build_dense(encoder, data.dataset, folder, corpus(), factory, options.progress, params),
     )
 

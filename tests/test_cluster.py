@@ -99,7 +99,7 @@ def test_streamed_ray_build_equals_the_streamed_local_build(
     assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "local", *stream)) == 0
     on_ray = (*stream, "--ray", "--ray-batch-size", "8")
     assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", *on_ray)) == 0
-    local, ray_built = tmp_path / "local" / "baseline", tmp_path / "ray" / "baseline"
+    local, ray_built = tmp_path / "local" / "baseline-IVF4_Flat", tmp_path / "ray" / "baseline-IVF4_Flat"
     same_but_how_built(manifest_of(local), manifest_of(ray_built))
     assert answers(local, tiny_checkpoints) == answers(ray_built, tiny_checkpoints)
     assert (local / store.DOCS).read_bytes() == (ray_built / store.DOCS).read_bytes()

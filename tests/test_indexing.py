@@ -201,7 +201,7 @@ def test_bm25_query_of_stopwords_only_scores_zero(tiny_beir, tmp_path):
 def test_approximate_index_keeps_its_search_params(tiny_beir, tmp_path, capsys):
     argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--out", str(tmp_path)]
     assert main([*argv, "--index-factory", "IVF2,Flat", "--search-params", "nprobe=2", "--no-progress"]) == 0
-    index = open_index(tmp_path / "baseline")
+    index = open_index(tmp_path / "baseline-IVF2_Flat")
     assert index.manifest.search_params == "nprobe=2" and index.faiss_index.nprobe == 2
     assert main([*argv, "--index-factory", "IVF2,Flat", "--search-params", "nonsense=1", "--no-progress"]) == 2
     assert "invalid --search-params" in capsys.readouterr().err

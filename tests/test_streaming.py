@@ -146,8 +146,9 @@ def test_cone_index_stream_from_the_command_line(shared_tiny_beir, tmp_path, tin
     argv = ["index", "--model", "baseline", "--data-dir", str(shared_tiny_beir), "--dataset", "tiny"]
     argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--stream", "--shard-size", "9"]
     assert main([*argv, "--index-factory", "IVF4,PQ4x4", "--search-params", "nprobe=2", "--no-progress"]) == 0
-    assert capsys.readouterr().out.strip() == f"index written to {tmp_path / 'baseline'}"  # FAISS's printf silenced
-    manifest = json.loads((tmp_path / "baseline" / MANIFEST).read_text())
+    folder = tmp_path / "baseline-IVF4_PQ4x4"
+    assert capsys.readouterr().out.strip() == f"index written to {folder}"  # FAISS's printf silenced
+    manifest = json.loads((folder / MANIFEST).read_text())
     assert manifest["encoded_on"] == "local" and manifest["search_params"] == "nprobe=2"
 
 
