@@ -159,9 +159,11 @@ def test_bad_factories_and_params_exit_2_before_any_index_is_written(tiny_beir, 
         with pytest.raises(SystemExit) as exited:
             main([*argv, *bad])
         assert exited.value.code == 2
-    for bad in (["--index-factory", "IVF4,Flat", "--search-params", "nprobe=0"],
-                ["--index-factory", "HNSW8", "--search-params", "efSearch=0"],
-                ["--index-factory", "IVF64,Flat"]):
+    for bad in (
+        ["--index-factory", "IVF4,Flat", "--search-params", "nprobe=0"],
+        ["--index-factory", "HNSW8", "--search-params", "efSearch=0"],
+        ["--index-factory", "IVF64,Flat"],
+    ):
         assert main([*argv, *bad]) == 2
     assert not (tmp_path / "idx").exists() or not any((tmp_path / "idx").iterdir())
     err = capsys.readouterr().err
