@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from cone import __version__
-from cone.cli import data, demo, eval, finetune, geometry, index, serve, train
+from cone.cli import data, demo, doctor, eval, finetune, geometry, index, serve, train
 from cone.errors import EXIT_CODES, ConeError, Interrupted
 
 EPILOG = "exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"cone {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (data, geometry, train, finetune, index, eval, serve, demo):
+    for command in (data, geometry, train, finetune, index, eval, doctor, serve, demo):
         command.register(commands)
     return parser
 

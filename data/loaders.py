@@ -236,3 +236,21 @@ def load_sts(path: Path) -> StsPairs:
     if not pairs.scores:
         raise InputError(f"{path}: no pairs")
     return pairs
+
+
+def read_documents(path: Path) -> dict[str, dict[str, str]]:
+    """A user's documents, {id: {"title", "text"}}: a BEIR folder (its corpus.jsonl), a JSONL file of corpus
+    records (``_id``, ``text``, optional ``title``), or a text file of one document a line (ids are line numbers)."""
+    path = Path(path)
+    if path.is_dir():
+        documents = dict(iter_corpus(path))
+    elif not path.is_file():
+        raise InputError(f"{path}: no such file or folder")
+    elif path.suffix == ".jsonl":
+        documents = dict(corpus_doc(r) for r in iter_jsonl(path, *CORPUS_FIELDS))
+    else:
+        lines = read_text(path).splitlines()
+        documents = {str(n): {"title": "", "text": t.strip()} for n, t in enumerate(lines, 1) if t.strip()}
+    if not documents:
+        raise InputError(f"{path}: no documents")
+    return documents

@@ -163,3 +163,37 @@ def write_figures(out: Path, results: list[EvalResult]) -> list[Path]:
     for stale in set(folder.glob("*.png")) - set(written):  # an earlier run's figures would pass for this one's
         stale.unlink()
     return written
+
+
+def doctor_figure(trials: list, target: float, path: Path) -> None:
+    """``cone doctor``'s trade-off: recall@10 against bytes per vector, one marker per repair, each type named
+    once (on the no-repair point), the target as a line."""
+    fig = Figure(figsize=(8, 4.8))
+    ax = fig.subplots()
+    markers = "os^Dv<>ph"
+    for number, repair in enumerate(dict.fromkeys(t.repair for t in trials)):
+        mine = [t for t in trials if t.repair == repair]
+        ax.scatter(
+            [t.bytes_per_vector for t in mine],
+            [t.recall_at_10 for t in mine],
+            marker=markers[number % len(markers)],
+            s=36 if repair == "none" else 22,
+            alpha=0.85,
+            label="as is" if repair == "none" else repair,
+        )
+    for t in trials:
+        if t.repair == "none":
+            ax.annotate(
+                t.factory, (t.bytes_per_vector, t.recall_at_10), fontsize=7, xytext=(4, -9), textcoords="offset points"
+            )
+    ax.axhline(target, color="k", lw=1, ls="--", label=f"target {target:g}")
+    ax.set(
+        xscale="log",
+        xlabel="bytes per vector (log)",
+        ylabel="recall@10 vs exact search",
+        ylim=(-0.02, 1.02),
+        title="What each index type keeps of exact search, as is and repaired",
+    )
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

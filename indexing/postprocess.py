@@ -2,7 +2,9 @@
 
 Repairs: none; center (subtract the corpus mean); whiten (BERT-whitening, Su et al. 2021:
 x -> (x - mu) U S^-1/2 from cov = U S U^T); abtt:K (all-but-the-top, Mu & Viswanath 2018:
-remove the mean and the projections on the top K principal directions).
+remove the mean and the projections on the top K principal directions); standardize (subtract the mean and
+divide each coordinate by its standard deviation: the repair for rogue dimensions, which it scales back to the
+others without rotating the space).
 
 Synthetic degradations of a real model's vectors (never a model of their own):
 cone:C adds a shared offset along the corpus mean direction, of the norm that makes random document
@@ -31,13 +33,14 @@ CONE_TOLERANCE = 1e-5  # of the achieved mean pairwise cosine, by bisection
 SYNTHETIC = ("cone:", "rogue:")
 # The arrays each stage fits, in the order ``apply`` uses them.
 STAGE_ARRAYS = {"none": [], "center": ["mean"], "whiten": ["mean", "transform"], "abtt": ["mean", "directions"]}
+STAGE_ARRAYS |= {"standardize": ["mean", "inverse_std"]}
 STAGE_ARRAYS |= {"cone": ["shift"], "rogue": ["scale"]}
-HELP = "none, center, whiten, abtt:K, cone:C (0 <= C < 1), rogue:K:S, or stages joined by + (cone:0.99+whiten)"
+HELP = "none, center, whiten, standardize, abtt:K, cone:C (0 <= C < 1), rogue:K:S, or stages joined by + (cone:0.99+whiten)"
 
 
 def _parse_stage(stage: str) -> str:
     stage = stage.strip()
-    if stage in ("none", "center", "whiten"):
+    if stage in ("none", "center", "whiten", "standardize"):
         return stage
     if (match := _ABTT.match(stage)) and int(match.group(1)) >= 1:
         return stage
@@ -122,6 +125,8 @@ def _fit_stage(x: np.ndarray, stage: str) -> dict[str, np.ndarray]:
             raise InputError(f"abtt:{k} removes every direction of a {x.shape[1]}-dim space")
         _, eigvec = np.linalg.eigh(stats.cov)
         params["directions"] = eigvec[:, ::-1][:, :k].copy()
+    elif kind == "standardize":
+        params["inverse_std"] = 1.0 / np.sqrt(np.maximum(np.diag(stats.cov), WHITEN_EPS))
     return params
 
 
@@ -132,6 +137,8 @@ def _apply_stage(x: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
         x = x * params["scale"]
     if "mean" in params:
         x = x - params["mean"]
+    if "inverse_std" in params:
+        x = x * params["inverse_std"]
     if "transform" in params:
         x = x @ params["transform"]
     if "directions" in params:

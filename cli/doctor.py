@@ -1,0 +1,190 @@
+"""``cone doctor``: is my space a cone, what will my index lose, and what do I do?"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from cone.cli.geometry import load_matrix
+from cone.cli.options import (
+    LAYER_HELP,
+    add_checkpoints_option,
+    add_progress_option,
+    add_runtime_options,
+    factory_list,
+    layer,
+    positive_int,
+)
+from cone.data.loaders import load_beir, read_documents
+from cone.encoders.base import Runtime
+from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
+from cone.errors import InputError
+from cone.eval import doctor
+from cone.eval.figures import doctor_figure
+from cone.indexing import postprocess as pp
+from cone.output import dump_json, table
+
+REPORT = "doctor.json"
+FIGURE = "doctor.png"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "doctor",
+        help="say whether a space is a cone, what each index type loses on it, and which repair fixes it",
+        description="Measure a sample of your vectors (from a model and a corpus, or a saved .npy matrix): the "
+        "instruments and what they name (a cone, rogue dimensions, low rank); then, for every index type (Flat, "
+        "SQfp16, SQ8, PQ, BIN, BIN+rescore, RaBitQ, HNSW, IVF) and every repair (center, whiten, abtt:3, "
+        "standardize), recall@10 against exact search of the vectors as they are, and the bytes each type keeps "
+        "per vector. Prescribes the cheapest type + repair that keeps recall@10 at --target (a repair only where "
+        "it lets a cheaper type pass). No qrels needed; a BEIR folder's test queries and qrels add nDCG@10.",
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help=f"the encoder: {', '.join(m for m in MODEL_NAMES if m != 'bm25')} or st:PATH")
+    source.add_argument("--vectors", type=Path, help="a saved (N, d) .npy matrix of document vectors instead")
+    p.add_argument(
+        "--corpus",
+        type=Path,
+        help="with --model: a BEIR folder (its test queries are the queries), a .jsonl of {_id, text[, title]} "
+        "records, or a text file of one document a line",
+    )
+    p.add_argument("--sample", type=positive_int, default=5000, help="documents measured (default %(default)s)")
+    p.add_argument(
+        "--queries",
+        type=positive_int,
+        default=200,
+        help="queries (the dataset's, else documents held out of the sample; default %(default)s)",
+    )
+    p.add_argument("--target", type=float, default=0.95, help="recall@10 to keep (default %(default)s)")
+    p.add_argument(
+        "--types",
+        type=factory_list,
+        default=None,
+        help="index types to try, comma-separated (default: Flat, SQfp16, SQ8, PQ<d/8>, BIN, BIN+rescore:40, "
+        "RaBitQ, HNSW32, IVF<N/100>,Flat)",
+    )
+    p.add_argument(
+        "--inject",
+        default="none",
+        help="a synthetic degradation applied to the vectors first (cone:0.99, rogue:2:30): to see the doctor "
+        "find what is known to be there",
+    )
+    p.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
+    p.add_argument("--seed", type=int, default=0, help="of the sample (default 0)")
+    p.add_argument("--out", type=Path, help=f"folder for {REPORT} and {FIGURE} (recall vs bytes per vector)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_runtime_options(p)
+    add_checkpoints_option(p)
+    add_progress_option(p)
+    p.set_defaults(handler=run_doctor)
+
+
+def _sample(args: argparse.Namespace) -> doctor.Sample:
+    if args.vectors is not None:
+        if args.corpus is not None:
+            raise InputError("--corpus goes with --model; --vectors are measured as they are")
+        return doctor.split_vectors(load_matrix(args.vectors), args.sample, args.queries, args.seed)
+    if args.corpus is None:
+        raise InputError("--model needs --corpus (a BEIR folder, a .jsonl or a text file of documents)")
+    check_model_name(args.model)
+    if args.model == "bm25":
+        raise InputError("bm25 has no vectors to doctor; name a dense model")
+    documents = read_documents(args.corpus)  # a bad corpus is refused before the model loads
+    is_beir = args.corpus.is_dir() and (args.corpus / "qrels" / "test.tsv").is_file()
+    dataset = load_beir(args.corpus.parent, str(args.corpus.resolve())) if is_beir else None
+    runtime = Runtime(args.backend, args.quantize)
+    encoder = load_encoder(args.model, args.checkpoints, args.layer, runtime)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return encoder.encode(texts, progress=not args.no_progress)
+
+    return doctor.sample_corpus(documents, encode, args.sample, args.queries, dataset, args.seed)
+
+
+def _injected(sample: doctor.Sample, spec: str) -> doctor.Sample:
+    fitted = pp.fit(sample.docs, spec)  # fitted on the documents, applied to both, as an index would
+    return doctor.Sample(
+        pp.apply(sample.docs, fitted), pp.apply(sample.queries, fitted), sample.queries_from, sample.ndcg
+    )
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    inject = pp.parse(args.inject)
+    if not 0 < args.target <= 1:
+        raise InputError(f"--target must be in (0, 1], not {args.target}")
+    sample = _sample(args)
+    if inject != "none":
+        sample = _injected(sample, inject)
+    total = doctor.steps(args.types, len(sample.docs), sample.docs.shape[1])
+    with tqdm(total=total, desc="index types x repairs", unit="build", disable=args.no_progress) as bar:
+        result = doctor.checkup(sample, args.target, args.types, lambda: bar.update(1))
+    payload = {"source": args.model or str(args.vectors), "injected": inject, **result.to_json()}
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / REPORT).write_text(dump_json(payload) + "\n")
+        doctor_figure(result.trials, result.target, args.out / FIGURE)
+    print(dump_json(payload) if args.json else render(result, args.out))
+    return 0
+
+
+def _findings(d: doctor.Diagnosis) -> list[str]:
+    lines = [
+        f"random pairs' cosine {d.pair_cosine_mean:.3f} ± {d.pair_cosine_std:.3f}; top principal direction "
+        f"{d.geometry.top_pc_share:.1%} of the variance; effective rank {d.geometry.effective_rank:.0f} of "
+        f"{d.geometry.d}; anisotropy {d.geometry.anisotropy:.3f}"
+    ]
+    if "cone" in d.findings:
+        lines.append(f"CONE: unrelated documents score {d.pair_cosine_mean:.2f} on average (healthy: near 0)")
+    if "rogue dimensions" in d.findings:
+        shown = ", ".join(f"{j} ({s:.1%})" for j, s in zip(d.rogue_dims[:8], d.rogue_shares[:8], strict=False))
+        lines.append(f"ROGUE DIMENSIONS: coordinates {shown} of the variance each (fair share {1 / d.geometry.d:.2%})")
+    if "low rank" in d.findings:
+        lines.append(f"LOW RANK: the vectors use {d.geometry.effective_rank:.0f} of {d.geometry.d} directions")
+    if not d.findings:
+        lines.append("no cone, no rogue dimension, no rank collapse")
+    return lines
+
+
+def render(result: doctor.Checkup, out: Path | None) -> str:
+    repairs = list(dict.fromkeys(t.repair for t in result.trials))
+    rows = []
+    for factory in dict.fromkeys(t.factory for t in result.trials):
+        mine = {t.repair: t for t in result.trials if t.factory == factory}
+        row = {"index type": factory, "bytes/vector": round(mine["none"].bytes_per_vector, 1)}
+        row |= {f"recall {r}": mine[r].recall_at_10 for r in repairs}
+        if mine["none"].ndcg_at_10 is not None:  # every repair's is in --json and doctor.json
+            row["nDCG@10 as is"] = mine["none"].ndcg_at_10
+        rows.append(row)
+    effects = []
+    for r in result.repairs[1:]:
+        line = f"  {r.repair}: keeps {r.agreement:.3f} of today's exact top 10"
+        if r.ndcg_delta is not None:
+            line += f"; exact nDCG@10 {r.ndcg_at_10:.4f} ({r.ndcg_delta:+.4f}, p {r.ndcg_p:.3g})"
+        effects.append(line + ("" if r.acceptable(result.target) else " -- changes the ranking: not prescribed"))
+    lines = [
+        f"{result.n_docs:,} documents, {result.n_queries:,} queries ({result.queries_from})",
+        *_findings(result.diagnosis),
+        "",
+        "recall@10 of each index type against exact search of the same vectors, as is and repaired",
+        "(1.0 = the index loses nothing):",
+        table(rows, list(rows[0])),
+        "",
+        "what each repair does to exact search itself:",
+        *effects,
+        "",
+    ]
+    p = result.prescription
+    if p is None:
+        lines.append(f"PRESCRIPTION: no type keeps recall@10 ≥ {result.target:g}; keep Flat (exact) vectors")
+    else:
+        repair = "no repair needed" if p.repair == "none" else f"repair: --postprocess {p.repair}"
+        lines.append(
+            f"PRESCRIPTION: --index-factory {p.factory}, {repair} ({p.bytes_per_vector:,.0f} bytes per vector, "
+            f"{p.mb_per_million:,.0f} MB per million vectors): {p.reason}"
+        )
+    if out is not None:
+        lines.append(f"report and figure: {out / REPORT}, {out / FIGURE}")
+    return "\n".join(lines)

@@ -1,0 +1,316 @@
+"""``cone doctor``: is this space a cone, what will each index type lose on it, and which repair fixes that.
+
+On a sample of the user's own vectors (no qrels needed): the instruments and what they name (a cone, rogue
+dimensions, low rank); then, for every index type and every repair, recall@10 against exact search in the space
+the user has (their model's own ranking is the truth), and the bytes each type stores per vector. The
+prescription is the cheapest type + repair that keeps recall@10 at the target; a repair is prescribed only where
+it lets a cheaper type pass (a healthy space is told to change nothing). With qrels, nDCG@10 of each row too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import faiss
+import numpy as np
+from ranx.statistical_tests import fisher_randomization_test
+
+from cone.data.loaders import RetrievalDataset, doc_text
+from cone.errors import InputError
+from cone.eval import metrics
+from cone.eval.significance import ALPHA, PERMUTATIONS, SEED
+from cone.geometry import measure, pair_cosines, spread, unit_rows
+from cone.geometry.summary import Geometry
+from cone.indexing import postprocess as pp
+from cone.indexing.factory import BinaryCodes, Codes, FloatCodes, build_codes, parse_factory
+
+K = 10
+REPAIRS = ("none", "center", "whiten", "abtt:3", "standardize")
+RESCORE_DEPTH = 4 * K  # sentence-transformers' documented rescore multiplier (4) at k = 10
+CONE_PAIR_COSINE = 0.3  # random pairs' mean cosine above this: a cone (healthy encoders sit near 0.0-0.2)
+ROGUE_SHARE = 10.0  # a coordinate with this many times its fair share (1/d) of the variance is rogue
+LOW_RANK = 0.5  # effective rank below this share of d
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What the instruments see in the raw vectors, in the doctor's words and numbers."""
+
+    geometry: Geometry
+    pair_cosine_mean: float  # of random distinct documents
+    pair_cosine_std: float
+    rogue_dims: list[int]  # coordinates, largest share first
+    rogue_shares: list[float]  # each one's share of the total variance
+    findings: list[str]  # "cone", "rogue dimensions", "low rank"; empty: healthy
+
+    def to_json(self) -> dict:
+        return {
+            "findings": self.findings,
+            "pair_cosine_mean": self.pair_cosine_mean,
+            "pair_cosine_std": self.pair_cosine_std,
+            "top_pc_share": self.geometry.top_pc_share,
+            "rogue_dims": self.rogue_dims,
+            "rogue_shares": self.rogue_shares,
+            "geometry": self.geometry.model_dump(),
+        }
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One index type over one repair of the sample."""
+
+    factory: str
+    repair: str
+    bytes_per_vector: float
+    recall_at_10: float  # vs exact search of the same (repaired) vectors: what the index type loses
+    ndcg_at_10: float | None = None  # with qrels
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class RepairEffect:
+    """What a repair does to exact search itself: how much of the raw exact top 10 its exact top 10 keeps, and
+    (with qrels) its exact nDCG@10 against the raw one by the eval's paired randomization test."""
+
+    repair: str
+    agreement: float
+    ndcg_at_10: float | None = None
+    ndcg_delta: float | None = None
+    ndcg_p: float | None = None
+
+    def acceptable(self, target: float) -> bool:
+        """The repair keeps what the model ranks (agreement ≥ target), or qrels say it ranks no worse."""
+        if self.repair == "none" or self.agreement >= target:
+            return True
+        return self.ndcg_delta is not None and (self.ndcg_delta >= 0 or self.ndcg_p >= ALPHA)
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Prescription:
+    factory: str
+    repair: str
+    bytes_per_vector: float
+    recall_at_10: float
+    mb_per_million: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Checkup:
+    n_docs: int
+    n_queries: int
+    queries_from: str  # "queries" (the dataset's) or "held-out documents"
+    target: float
+    diagnosis: Diagnosis
+    trials: list[Trial]
+    repairs: list[RepairEffect]
+    prescription: Prescription | None
+    search_params: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "n_docs": self.n_docs,
+            "n_queries": self.n_queries,
+            "queries_from": self.queries_from,
+            "target_recall_at_10": self.target,
+            "diagnosis": self.diagnosis.to_json(),
+            "trials": [t.to_json() for t in self.trials],
+            "repairs": [r.to_json() for r in self.repairs],
+            "search_params": self.search_params,
+            "prescription": None if self.prescription is None else self.prescription.__dict__,
+        }
+
+
+def diagnose(vectors: np.ndarray) -> Diagnosis:
+    """The instruments on the raw vectors, and what they name."""
+    geometry = Geometry(**measure(vectors))
+    pairs = spread(pair_cosines(vectors))
+    variance = np.asarray(vectors, dtype=np.float64).var(axis=0)
+    shares = variance / variance.sum()
+    rogue = [int(j) for j in np.argsort(-shares, kind="stable") if shares[j] >= ROGUE_SHARE / len(shares)]
+    findings = []
+    if pairs["mean"] >= CONE_PAIR_COSINE:
+        findings.append("cone")
+    if rogue:
+        findings.append("rogue dimensions")
+    if geometry.effective_rank < LOW_RANK * geometry.d:
+        findings.append("low rank")
+    rogue_shares = [float(shares[j]) for j in rogue]
+    return Diagnosis(geometry, pairs["mean"], pairs["std"], rogue, rogue_shares, findings)
+
+
+def default_types(n_docs: int, dim: int) -> tuple[list[str], dict[str, str]]:
+    """The index types a user's store offers, sized for ``n_docs`` vectors of ``dim``; and their search params."""
+    pq = max(m for m in range(1, dim // 8 + 1) if dim % m == 0)  # d/8 bytes, a divisor of d as FAISS needs
+    lists = max(1, n_docs // 100)
+    types = ["Flat", "SQfp16", "SQ8", f"PQ{pq}", "BIN", f"BIN+rescore:{RESCORE_DEPTH}", "RaBitQ", "HNSW32"]
+    types.append(f"IVF{lists},Flat")
+    params = {"HNSW32": "efSearch=64", f"IVF{lists},Flat": f"nprobe={max(1, lists // 8)}"}
+    return types, params
+
+
+def bytes_per_vector(codes: Codes, dim: int, n: int) -> float:
+    """What the index keeps per vector beyond its fixed part (codebooks, centroids): the serialized size of the
+    full index less that of the same index emptied, over n; BIN+rescore adds its float32 rescoring vectors."""
+    if isinstance(codes, BinaryCodes):
+        return codes.index.code_size + (4 * dim if codes.floats is not None else 0)
+    full = faiss.serialize_index(codes.index).size
+    empty = faiss.clone_index(codes.index)
+    empty.reset()
+    return (full - faiss.serialize_index(empty).size) / n
+
+
+def _top_rows(codes: Codes, queries: np.ndarray) -> np.ndarray:
+    return codes.search(queries, K)[1]
+
+
+def _trials(
+    docs: np.ndarray, queries: np.ndarray, types: list[str], params: dict[str, str], ndcg: Callable | None, step
+) -> Iterator[tuple[Trial, np.ndarray]]:
+    """Every type over every repair: its recall@10 against exact search of the same (repaired) vectors, and its
+    exact top 10 when the type is Flat (to compare a repair's own ranking with the raw one)."""
+    for repair in REPAIRS:
+        fitted = pp.fit(docs, repair)
+        d, q = unit_rows(pp.apply(docs, fitted)), unit_rows(pp.apply(queries, fitted))
+        exact = _top_rows(FloatCodes(_flat(d)), q)
+        for factory in types:
+            codes = build_codes(d, factory, params.get(factory, ""))
+            rows = _top_rows(codes, q)
+            trial = Trial(
+                factory,
+                repair,
+                float(bytes_per_vector(codes, docs.shape[1], len(docs))),
+                metrics.overlap_at_k(rows, exact, K),
+                None if ndcg is None else float(ndcg(rows).mean()),
+            )
+            yield trial, exact
+            step()
+
+
+def _flat(vectors: np.ndarray) -> faiss.Index:
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(vectors)
+    return index
+
+
+def prescribe(trials: list[Trial], repairs: list[RepairEffect], target: float) -> Prescription | None:
+    """The fewest bytes per vector with recall@10 ≥ target, among repairs that keep the model's ranking; at
+    equal bytes no repair wins over one, then recall."""
+    kept = {r.repair for r in repairs if r.acceptable(target)}
+    passing = [t for t in trials if t.recall_at_10 >= target and t.repair in kept]
+    if not passing:
+        return None
+    best = min(passing, key=lambda t: (t.bytes_per_vector, t.repair != "none", -t.recall_at_10))
+    raw = next((t for t in trials if t.factory == best.factory and t.repair == "none"), None)
+    if best.repair == "none":
+        reason = f"{best.factory} keeps {best.recall_at_10:.3f} of exact search's top 10 as the vectors are"
+    else:
+        effect = next(r for r in repairs if r.repair == best.repair)
+        reason = (
+            f"{best.repair} lets {best.factory} keep {best.recall_at_10:.3f} of exact search's top 10 "
+            f"(without it: {raw.recall_at_10:.3f}); {best.repair} itself keeps {effect.agreement:.3f} of today's "
+            "exact top 10"
+        )
+        if effect.ndcg_delta is not None:
+            reason += f", nDCG@10 {effect.ndcg_delta:+.3f} (p {effect.ndcg_p:.3g})"
+    mb = best.bytes_per_vector * 1e6 / 2**20
+    return Prescription(best.factory, best.repair, best.bytes_per_vector, best.recall_at_10, mb, reason)
+
+
+def checkup(
+    sample: Sample, target: float = 0.95, types: list[str] | None = None, step: Callable[[], None] = lambda: None
+) -> Checkup:
+    """Diagnose the sample's raw document vectors and try every index type x repair with its queries."""
+    docs, queries = sample.docs, sample.queries
+    if not 0 < target <= 1:
+        raise InputError(f"--target must be in (0, 1], not {target}")
+    if len(docs) < 2 * K:
+        raise InputError(f"need at least {2 * K} documents to measure recall@{K}, got {len(docs)}")
+    default, params = default_types(len(docs), docs.shape[1])
+    types = types or default
+    for factory in types:
+        parse_factory(factory)
+    found = list(_trials(docs, queries, types, params, sample.ndcg, step))
+    trials = [trial for trial, _ in found]
+    exact = {trial.repair: rows for trial, rows in found}
+    repairs = [_effect(repair, exact[repair], exact["none"], sample.ndcg) for repair in REPAIRS]
+    diagnosis = diagnose(docs)
+    prescription = prescribe(trials, repairs, target)
+    return Checkup(
+        len(docs), len(queries), sample.queries_from, target, diagnosis, trials, repairs, prescription, params
+    )
+
+
+def _effect(repair: str, rows: np.ndarray, raw: np.ndarray, ndcg: Callable | None) -> RepairEffect:
+    agreement = metrics.overlap_at_k(rows, raw, K)
+    if ndcg is None:
+        return RepairEffect(repair, agreement)
+    mine, before = ndcg(rows), ndcg(raw)
+    p = 1.0 if repair == "none" else float(fisher_randomization_test(before, mine, PERMUTATIONS, ALPHA, SEED)[0])
+    return RepairEffect(repair, agreement, float(mine.mean()), float(mine.mean() - before.mean()), p)
+
+
+def steps(types: list[str] | None, n_docs: int, dim: int) -> int:
+    """How many builds ``checkup`` runs (for a progress bar)."""
+    return len(REPAIRS) * len(types or default_types(n_docs, dim)[0])
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the doctor measures: raw document vectors, raw query vectors, and where the queries came from."""
+
+    docs: np.ndarray
+    queries: np.ndarray
+    queries_from: str
+    ndcg: Callable[[np.ndarray], np.ndarray] | None = None  # each query's nDCG@10 from its top-10 rows (qrels)
+
+
+def split_vectors(vectors: np.ndarray, n_docs: int, n_queries: int, seed: int = 0) -> Sample:
+    """A user's own matrix: ``n_docs`` random rows to index and ``n_queries`` others held out as queries."""
+    n = len(vectors)
+    n_queries = min(n_queries, n // 10)
+    if n - n_queries < 2 * K or n_queries < 1:
+        raise InputError(f"need at least {2 * K + 10} vectors to hold some out as queries, got {n}")
+    order = np.random.default_rng(seed).permutation(n)
+    queries, docs = order[:n_queries], np.sort(order[n_queries : n_queries + n_docs])
+    return Sample(np.asarray(vectors[docs]), np.asarray(vectors[queries]), "held-out documents")
+
+
+def sample_corpus(
+    documents: dict[str, dict[str, str]],
+    encode: Callable[[list[str]], np.ndarray],
+    n_docs: int,
+    n_queries: int,
+    dataset: RetrievalDataset | None = None,
+    seed: int = 0,
+) -> Sample:
+    """Encode a sample of ``documents``. With a BEIR ``dataset``, its test queries are the queries and every
+    document they judge relevant is in the sample (so nDCG@10 is measured on the sample); else held-out
+    documents are the queries."""
+    rng = np.random.default_rng(seed)
+    ids = sorted(documents)
+    if dataset is None or not dataset.qrels:
+        picked = [ids[i] for i in rng.permutation(len(ids))[: n_docs + min(n_queries, len(ids) // 10)]]
+        vectors = encode([doc_text(documents[d]) for d in picked])
+        return split_vectors(vectors, n_docs, n_queries, seed)
+    judged = sorted({d for rel in dataset.qrels.values() for d, g in rel.items() if g > 0 and d in documents})
+    others = [d for d in ids if d not in set(judged)]
+    extra = [others[i] for i in rng.permutation(len(others))[: max(0, n_docs - len(judged))]]
+    picked = sorted(judged + extra)
+    query_ids = sorted(dataset.qrels)[:n_queries]
+    docs = encode([doc_text(documents[d]) for d in picked])
+    queries = encode([dataset.queries[q] for q in query_ids])
+    qrels = {q: dataset.qrels[q] for q in query_ids}
+
+    def ndcg(rows: np.ndarray) -> float:
+        ranked = zip(query_ids, rows, strict=True)
+        run = {q: {picked[r]: float(K - rank) for rank, r in enumerate(row) if r >= 0} for q, row in ranked}
+        return metrics.per_query_ndcg(qrels, run)
+
+    return Sample(docs, queries, f"the dataset's test queries ({dataset.name})", ndcg)
