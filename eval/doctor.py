@@ -10,11 +10,12 @@ it lets a cheaper type pass (a healthy space is told to change nothing). With qr
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import faiss
 import numpy as np
 from ranx.statistical_tests import fisher_randomization_test
+from scipy.stats import false_discovery_control
 
 from cone.data.loaders import RetrievalDataset, doc_text
 from cone.errors import InputError
@@ -79,7 +80,7 @@ class RepairEffect:
     agreement: float
     ndcg_at_10: float | None = None
     ndcg_delta: float | None = None
-    ndcg_p: float | None = None
+    ndcg_p: float | None = None  # Benjamini-Hochberg adjusted over the repairs tried
 
     def acceptable(self, target: float) -> bool:
         """The repair keeps what the model ranks (agreement ≥ target), or qrels say it ranks no worse."""
@@ -180,7 +181,11 @@ def _trials(
         d, q = unit_rows(pp.apply(docs, fitted)), unit_rows(pp.apply(queries, fitted))
         exact = _top_rows(FloatCodes(_flat(d)), q)
         for factory in types:
-            codes = build_codes(d, factory, params.get(factory, ""))
+            try:
+                codes = build_codes(d, factory, params.get(factory, ""))
+            except InputError:  # a type this sample cannot train (PQ's 256 centroids on 40 vectors): not offered
+                step()
+                continue
             rows = _top_rows(codes, q)
             trial = Trial(
                 factory,
@@ -239,7 +244,7 @@ def checkup(
     found = list(_trials(docs, queries, types, params, sample.ndcg, step))
     trials = [trial for trial, _ in found]
     exact = {trial.repair: rows for trial, rows in found}
-    repairs = [_effect(repair, exact[repair], exact["none"], sample.ndcg) for repair in REPAIRS]
+    repairs = _adjusted([_effect(repair, exact[repair], exact["none"], sample.ndcg) for repair in REPAIRS])
     diagnosis = diagnose(docs)
     prescription = prescribe(trials, repairs, target)
     return Checkup(
@@ -253,7 +258,17 @@ def _effect(repair: str, rows: np.ndarray, raw: np.ndarray, ndcg: Callable | Non
         return RepairEffect(repair, agreement)
     mine, before = ndcg(rows), ndcg(raw)
     p = 1.0 if repair == "none" else float(fisher_randomization_test(before, mine, PERMUTATIONS, ALPHA, SEED)[0])
+    p = max(p, 1.0 / PERMUTATIONS)  # no finite test says p = 0: its floor is 1 / permutations
     return RepairEffect(repair, agreement, float(mine.mean()), float(mine.mean() - before.mean()), p)
+
+
+def _adjusted(effects: list[RepairEffect]) -> list[RepairEffect]:
+    """The repairs' p-values corrected for their number (Benjamini-Hochberg), as the eval's comparisons are."""
+    tested = [e for e in effects if e.repair != "none" and e.ndcg_p is not None]
+    if not tested:
+        return effects
+    adjusted = dict(zip((e.repair for e in tested), false_discovery_control([e.ndcg_p for e in tested]), strict=True))
+    return [replace(e, ndcg_p=float(adjusted[e.repair])) if e.repair in adjusted else e for e in effects]
 
 
 def steps(types: list[str] | None, n_docs: int, dim: int) -> int:

@@ -1,0 +1,134 @@
+"""cone doctor on spaces whose right answer is known: a healthy clustered space, the same space in a pure offset
+cone, and with rogue dimensions; then the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cone.cli import main
+from cone.eval import doctor
+
+CLUSTERS, PER_CLUSTER, DIM = 150, 10, 64
+
+
+def clustered(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Documents in tight clusters of 10 and one query near each cluster: every query's true top 10 is its
+    cluster, in any space that keeps the clusters apart."""
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((CLUSTERS, DIM))
+    labels = np.repeat(np.arange(CLUSTERS), PER_CLUSTER)
+    docs = centers[labels] + 0.25 * rng.standard_normal((len(labels), DIM))
+    queries = centers + 0.25 * rng.standard_normal((CLUSTERS, DIM))
+    return docs.astype(np.float32), queries.astype(np.float32), labels
+
+
+def cluster_ndcg(labels: np.ndarray):
+    """Per-query nDCG@10 with a query's cluster as its relevant documents (what qrels would say)."""
+    ideal = (1 / np.log2(np.arange(2, 12))).sum()
+
+    def ndcg(rows: np.ndarray) -> np.ndarray:
+        gains = (labels[rows] == np.arange(len(rows))[:, None]) / np.log2(np.arange(2, 12))
+        return gains.sum(axis=1) / ideal
+
+    return ndcg
+
+
+def offset_cone(x: np.ndarray, strength: float = 12.0) -> np.ndarray:
+    direction = np.ones(x.shape[1]) / np.sqrt(x.shape[1])
+    return (x + strength * np.linalg.norm(x, axis=1).mean() * direction).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    docs, queries, labels = clustered()
+    return doctor.checkup(doctor.Sample(docs, queries, "cluster centers"), target=0.9)
+
+
+def test_a_healthy_space_is_told_to_change_nothing(healthy):
+    assert healthy.diagnosis.findings == []
+    assert healthy.prescription is not None and healthy.prescription.repair == "none"
+    flat = next(t for t in healthy.trials if t.factory == "Flat" and t.repair == "none")
+    assert flat.recall_at_10 == 1.0 and flat.bytes_per_vector == 4 * DIM
+
+
+def test_a_pure_offset_cone_is_named_and_centering_prescribed_for_a_cheaper_index(healthy):
+    docs, queries, _ = clustered()
+    coned = doctor.checkup(doctor.Sample(offset_cone(docs), offset_cone(queries), "cluster centers"), target=0.9)
+    assert coned.diagnosis.findings == ["cone"] and coned.diagnosis.pair_cosine_mean > 0.9
+    p = coned.prescription
+    assert p is not None and p.repair != "none"
+    raw_passing = [t for t in coned.trials if t.repair == "none" and t.recall_at_10 >= 0.9]
+    assert p.bytes_per_vector < min(t.bytes_per_vector for t in raw_passing)  # the repair buys a cheaper type
+    by_type = {(t.factory, t.repair): t.recall_at_10 for t in coned.trials}
+    assert by_type[("BIN", "none")] < 0.5 < by_type[("BIN", "center")]  # a sign bit is what the offset makes constant
+    assert p.bytes_per_vector == healthy.prescription.bytes_per_vector  # centering gives the healthy space back
+
+
+def test_rogue_dimensions_are_named_and_standardizing_prescribed_when_qrels_say_it_ranks_better():
+    docs, queries, labels = clustered()
+    rogue = [5, 41]
+    docs[:, rogue] *= 30
+    queries[:, rogue] *= 30
+    without = doctor.checkup(doctor.Sample(docs, queries, "cluster centers"), target=0.9)
+    assert "rogue dimensions" in without.diagnosis.findings and sorted(without.diagnosis.rogue_dims) == rogue
+    # Without qrels a repair that changes the exact ranking is never prescribed: nothing says it is better.
+    assert without.prescription is None or without.prescription.repair == "none"
+    judged = doctor.checkup(doctor.Sample(docs, queries, "cluster centers", cluster_ndcg(labels)), target=0.9)
+    standardize = next(r for r in judged.repairs if r.repair == "standardize")
+    assert standardize.ndcg_delta > 0.3 and standardize.ndcg_p < 0.05
+    assert judged.prescription is not None and judged.prescription.repair in ("standardize", "whiten")
+
+
+def test_the_command_prints_a_prescription_and_writes_its_report_and_figure(tmp_path, capsys):
+    docs, queries, _ = clustered()
+    np.save(tmp_path / "x.npy", offset_cone(np.concatenate([docs, queries])))
+    argv = ["doctor", "--vectors", str(tmp_path / "x.npy"), "--out", str(tmp_path / "out"), "--no-progress"]
+    assert main([*argv, "--types", "Flat,SQ8,BIN", "--target", "0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "CONE: unrelated documents score" in out and "PRESCRIPTION: --index-factory" in out
+    report = json.loads((tmp_path / "out" / "doctor.json").read_text())
+    assert report["diagnosis"]["findings"] == ["cone"] and {t["factory"] for t in report["trials"]} == {
+        "Flat",
+        "SQ8",
+        "BIN",
+    }
+    assert (tmp_path / "out" / "doctor.png").stat().st_size > 10_000
+
+
+def test_the_model_path_with_a_beir_folder_adds_ndcg(tiny_beir, tiny_checkpoints, capsys):
+    argv = [
+        "doctor",
+        "--model",
+        "baseline",
+        "--corpus",
+        str(tiny_beir / "tiny"),
+        "--checkpoints",
+        str(tiny_checkpoints),
+    ]
+    assert main([*argv, "--json", "--no-progress", "--types", "Flat,SQ8,BIN"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["queries_from"] == "the dataset's test queries (tiny)" and report["n_docs"] == 40
+    assert all(t["ndcg_at_10"] is not None for t in report["trials"])
+    assert report["repairs"][0]["repair"] == "none" and report["repairs"][1]["ndcg_p"] is not None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--vectors", "missing.npy"], "missing.npy: no such file"),
+        (["--model", "minilm"], "--model needs --corpus"),
+        (["--model", "bm25", "--corpus", "."], "bm25 has no vectors"),
+        (["--vectors", "x.npy", "--target", "2"], "--target must be in (0, 1]"),
+        (["--vectors", "x.npy", "--inject", "cone:2"], "unknown --postprocess stage"),
+        (["--vectors", "x.npy", "--corpus", "."], "--corpus goes with --model"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((100, 8)).astype(np.float32))
+    assert main(["doctor", *argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
