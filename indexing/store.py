@@ -7,6 +7,7 @@ renames of the swap) both folders complete, and ``recover`` puts the newer one b
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from cone.data.loaders import Corpus
 from cone.encoders.base import LOCAL, TORCH, Runtime
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import postprocess
+from cone.indexing.postprocess import folder_part as postprocess_folder_part
 from cone.jsontypes import is_number, of_type, type_names
 
 MANIFEST = "manifest.json"
@@ -38,18 +40,26 @@ PAIR_STATS = ("mean", "std", "p1", "p50", "p99")  # of random_pair_cosines, besi
 FORMAT = 1  # of manifest.json; a manifest of another format is refused, not guessed at
 
 
+def model_folder_part(model: str) -> str:
+    """A model's part of an index name: the built-in names as they are; st:PATH flattened and followed by a short
+    hash of PATH, so that st:/m/a_b, st:/m_a/b and st:/m/a/b name three folders."""
+    flat = model.replace(":", "_").replace("/", "_")
+    if not model.startswith("st:"):
+        return flat
+    return f"{flat}-{hashlib.sha256(model[3:].encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+
+
 def index_name(
     model: str, postprocess: str, layer: str | int = "last", factory: str = "Flat", runtime: Runtime = TORCH
 ) -> str:
     """Folder name of an index: model[-runtime][-layerL][-postprocess][-factory], safe for a filesystem."""
-    parts = [model.replace(":", "_").replace("/", "_")]
+    parts = [model_folder_part(model)]
     if runtime != TORCH:
         parts.append(runtime.tag)
     if layer != "last":
         parts.append(f"layer{layer}")
     if postprocess != "none":
-        # abtt:3 -> abtt3, cone:0.99 -> cone0.99, rogue:2:30 -> rogue2x30; stages joined by -
-        parts.append("-".join(stage.replace(":", "", 1).replace(":", "x") for stage in postprocess.split("+")))
+        parts.append(postprocess_folder_part(postprocess))  # abtt:3 -> abtt3, cone:0.99 -> cone0.99, ...
     if factory != "Flat":
         parts.append(re.sub(r"[^A-Za-z0-9_.]+", "_", factory))
     return "-".join(parts)
