@@ -114,6 +114,24 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def port(text: str) -> int:
+    """A TCP port to listen on, 1-65535 (refused while parsing: before any work the command would do first)."""
+    value = _parse(text, int, "a port number")
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {text}")
+    return value
+
+
+def host(text: str) -> str:
+    """An address to listen on. An empty one (every interface, to the server) is refused: 0.0.0.0 says so."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "expected an address (127.0.0.1: this machine only; 0.0.0.0: every IPv4 "
+            "interface; :: every IPv6 one), got an empty one"
+        )
+    return text.strip()
+
+
 RUNTIME_HELP = (
     "torch (the reference) | openvino | onnx, exported once from the local weights into a cache "
     "($CONE_EXPORT_DIR, default ~/.cache/cone/exports) by sentence-transformers' backends; for roberta, minilm, "
