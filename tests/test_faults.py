@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 
 import numpy as np
 import pytest
@@ -156,3 +158,71 @@ def test_finetune_refuses_an_out_that_is_a_file(tiny_checkpoints, tmp_path, caps
     argv = ["finetune", "--from", str(tiny_checkpoints / "baseline"), "--out", str(tmp_path / "file")]
     err = refused([*argv, "--data-dir", str(tmp_path)], capsys)
     assert "--out" in err and (tmp_path / "file").read_text() == "x"
+
+
+# --- items 12 and 13: cone train across a kill, and --resume of a damaged checkpoint -----------------------------
+
+
+class Killed(BaseException):
+    """A kill at a chosen point (SIGKILL runs no handler: nothing the code does after it may count)."""
+
+
+def test_a_kill_between_log_and_checkpoint_then_resume_logs_each_step_once(tiny_corpus, tmp_path, monkeypatch):
+    from cone.models import checkpoint as ckpt
+    from cone.models.train import train
+
+    from tiny import TINY, tiny_cfg
+
+    cfg, out = tiny_cfg(0.0), tmp_path / "run"
+    real_save, calls = ckpt.save_checkpoint, []
+
+    def save_then_die_on_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise Killed  # step 12 logged, its checkpoint never written
+        real_save(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die_on_the_second)
+    with pytest.raises(Killed):
+        train(out, [tiny_corpus], cfg, TINY, progress=False)
+    monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+    assert [r["step"] for r in ckpt.read_log(out)] == [6, 12]
+    train(out, [tiny_corpus], cfg, TINY, resume=True, progress=False)
+    assert [r["step"] for r in ckpt.read_log(out)] == [6, 12, 18, 24]
+
+
+def test_a_killed_save_leaves_nothing_after_resume_and_files_follow_the_umask(tiny_corpus, tmp_path):
+    from cone.models import checkpoint as ckpt
+    from cone.models.train import train
+
+    from tiny import TINY, tiny_cfg
+
+    out = tmp_path / "run"
+    old = os.umask(0o022)
+    try:
+        train(out, [tiny_corpus], tiny_cfg(0.0, tokens=8 * 16 * 12), TINY, progress=False)
+        for name in (ckpt.WEIGHTS, ckpt.TOKEN_COUNTS, ckpt.CONFIG, ckpt.TOKENIZER):
+            assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
+        # what saves killed midway leave: safetensors' own temporary, and ours
+        (out / ".tmpAb12Cd").write_bytes(b"\0" * 100)
+        (out / f"{ckpt.WEIGHTS}.tmp").write_bytes(b"\0" * 100)
+        train(out, [tiny_corpus], tiny_cfg(0.0, tokens=8 * 16 * 12), TINY, resume=True, progress=False)
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in out.iterdir() if "tmp" in p.name) == []
+
+
+def test_resume_of_a_finished_checkpoint_with_truncated_weights_is_refused(tiny_corpus, tmp_path):
+    from cone.models import checkpoint as ckpt
+    from cone.models.train import train
+
+    from tiny import TINY, tiny_cfg
+
+    out, cfg = tmp_path / "run", tiny_cfg(0.0, tokens=8 * 16 * 12)
+    train(out, [tiny_corpus], cfg, TINY, progress=False)
+    weights = out / ckpt.WEIGHTS
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(InputError, match="model.safetensors"):
+        train(out, [tiny_corpus], cfg, TINY, resume=True, progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
