@@ -13,6 +13,7 @@ from cone.cli.options import (
     add_dataset_option,
     add_progress_option,
     comma_list,
+    unique_list,
 )
 from cone.cli.serve import add_listen_options, check_listen, serve
 from cone.data.loaders import data_dir
@@ -39,7 +40,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"where indexes and the report go (default {DEFAULT_OUT})"
     )
-    p.add_argument("--models", type=comma_list, default=list(MODEL_NAMES), help="comma list (default every model)")
+    p.add_argument("--models", type=unique_list, default=list(MODEL_NAMES), help="comma list (default every model)")
     p.add_argument(
         "--postprocess", type=comma_list, default=comma_list(DEFAULT_POSTPROCESS), help=f"default {DEFAULT_POSTPROCESS}"
     )

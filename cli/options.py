@@ -67,6 +67,15 @@ def comma_list(text: str) -> list[str]:
     return items
 
 
+def unique_list(text: str) -> list[str]:
+    """A comma list whose items are all different (a model named twice would be compared with itself)."""
+    items = comma_list(text)
+    repeated = sorted({item for item in items if items.count(item) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{repeated[0]!r} is named twice")
+    return items
+
+
 def _parse(text: str, kind: type, what: str) -> int | float:
     try:
         return kind(text)

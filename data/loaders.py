@@ -82,6 +82,13 @@ def _check_fields(record: object, required: Fields, optional: Fields, where: str
             raise InputError(
                 f"{where}: {key!r} is {type(value).__name__} {str(value)[:30]!r}, expected {type_names(kinds)}"
             )
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:  # JSON's "\ud800": valid JSON, but no character any text can hold
+                raise InputError(
+                    f"{where}: {key!r} holds a lone surrogate (\\u{ord(value[exc.start]):x}), not text"
+                ) from None
     return record
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -226,3 +228,67 @@ def test_resume_of_a_finished_checkpoint_with_truncated_weights_is_refused(tiny_
     with pytest.raises(InputError, match="model.safetensors"):
         train(out, [tiny_corpus], cfg, TINY, resume=True, progress=False)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+# --- item 9: the rest ---------------------------------------------------------------------------------------------
+
+
+def _index(data: Path, out: Path, *extra: str) -> list[str]:
+    return ["index", "--dataset", "tiny", "--data-dir", str(data), "--out", str(out), "--no-progress", *extra]
+
+
+@pytest.mark.parametrize("field", ["text", "_id"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_lone_surrogate_in_the_corpus_is_refused_with_its_line(
+    tiny_beir, tiny_checkpoints, tmp_path, capsys, field, stream
+):
+    corpus = tiny_beir / "tiny" / "corpus.jsonl"
+    record = {"_id": "dx", "title": "t", "text": "fine"} | {field: "bad \\ud800 here"}
+    corpus.write_text(corpus.read_text() + json.dumps(record).replace("\\\\", "\\") + "\n")
+    if stream:
+        argv = _index(tiny_beir, tmp_path, "--model", "baseline", "--checkpoints", str(tiny_checkpoints))
+        argv += ["--stream", "--index-factory", "IVF2,Flat", "--shard-size", "8", "--sample-size", "40"]
+    else:
+        argv = _index(tiny_beir, tmp_path, "--model", "bm25")
+    err = refused(argv, capsys)
+    assert "corpus.jsonl:41" in err and "surrogate" in err and field in err
+
+
+@pytest.mark.parametrize("command", ["index", "demo"])
+def test_bm25_over_a_corpus_of_empty_texts_is_one_line(tiny_beir, tmp_path, capsys, command):
+    corpus = tiny_beir / "tiny" / "corpus.jsonl"
+    docs = [json.loads(line) | {"title": "", "text": ""} for line in corpus.read_text().splitlines()]
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    if command == "index":
+        argv = _index(tiny_beir, tmp_path, "--model", "bm25")
+    else:
+        argv = ["demo", "--models", "bm25", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-serve"]
+        argv += ["--out", str(tmp_path), "--no-progress", "--checkpoints", str(tmp_path / "none")]
+    assert "bm25" in refused(argv, capsys)
+
+
+def test_eval_refuses_qrels_that_name_no_corpus_document(tiny_beir, tmp_path, capsys):
+    (tiny_beir / "tiny" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\tnowhere\t1\nq2\td2\t0\n")
+    argv = ["eval", "--models", "bm25", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-sts"]
+    assert "qrel" in refused([*argv, "--out", str(tmp_path / "e"), "--no-progress"], capsys)
+
+
+def test_eval_refuses_a_model_named_twice_before_any_work(tiny_beir, tmp_path, capsys):
+    argv = ["eval", "--models", "baseline,baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir)]
+    assert "baseline" in refused([*argv, "--out", str(tmp_path / "e")], capsys)
+    assert not (tmp_path / "e").exists()
+
+
+def test_eval_with_every_model_unavailable_is_one_line(tiny_beir, tmp_path, capsys):
+    argv = ["eval", "--models", "baseline,regularized", "--dataset", "tiny", "--data-dir", str(tiny_beir)]
+    argv += ["--no-sts", "--checkpoints", str(tmp_path / "none"), "--out", str(tmp_path / "e"), "--no-progress"]
+    assert "no model" in refused(argv, capsys)
+
+
+def test_geometry_vectors_refuses_a_header_claiming_more_than_the_file(tmp_path, capsys):
+    path = tmp_path / "huge.npy"
+    np.save(path, np.zeros((2, 3), dtype=np.float32))
+    raw = path.read_bytes()
+    claim = b"(100000000000, 1000000), }"  # the header keeps its length: the padding gives way
+    path.write_bytes(raw.replace(b"(2, 3), }" + b" " * (len(claim) - 9), claim, 1))
+    assert "huge.npy" in refused(["geometry", "vectors", str(path)], capsys)
