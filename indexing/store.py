@@ -27,7 +27,7 @@ from cone import __version__
 from cone.data.loaders import Corpus
 from cone.encoders.base import LOCAL, TORCH, Runtime
 from cone.errors import DamagedIndex, InputError
-from cone.indexing import postprocess
+from cone.indexing import guard, postprocess
 from cone.indexing.postprocess import folder_part as postprocess_folder_part
 from cone.jsontypes import is_number, of_type, type_names
 
@@ -260,6 +260,13 @@ def recover(target: Path) -> str | None:
 
 @contextmanager
 def atomic_folder(target: Path) -> Iterator[Path]:
+    """``_atomic_folder`` under the folder's build lock, a disk's refusal one line (``cone.indexing.guard``)."""
+    with guard.disk_errors(target), guard.builder_lock(target), _atomic_folder(target) as tmp:
+        yield tmp
+
+
+@contextmanager
+def _atomic_folder(target: Path) -> Iterator[Path]:
     """Yield a temporary folder; on success it replaces ``target``, on failure it is removed.
 
     A name always holds a complete index: a kill between the two renames below leaves both folders

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -292,3 +293,50 @@ def test_geometry_vectors_refuses_a_header_claiming_more_than_the_file(tmp_path,
     claim = b"(100000000000, 1000000), }"  # the header keeps its length: the padding gives way
     path.write_bytes(raw.replace(b"(2, 3), }" + b" " * (len(claim) - 9), claim, 1))
     assert "huge.npy" in refused(["geometry", "vectors", str(path)], capsys)
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC])
+def test_a_disk_that_refuses_the_index_is_one_line_and_the_old_index_stays(
+    tiny_beir, tmp_path, capsys, monkeypatch, code
+):
+    argv = _index(tiny_beir, tmp_path, "--model", "bm25")
+    assert main(argv) == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "bm25").iterdir() if p.is_file()}
+
+    def refuse(folder, *args):
+        (folder / store.DOCS).write_bytes(b"partial")
+        raise OSError(code, os.strerror(code), str(folder / store.DOCS))
+
+    monkeypatch.setattr(store, "write_docs", refuse)
+    err = refused(argv, capsys)
+    assert str(tmp_path / "bm25") in err and os.strerror(code) in err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "bm25").iterdir() if p.is_file()} == before
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+
+
+def test_a_second_builder_of_a_folder_is_refused_while_the_first_writes(tiny_beir, tmp_path, capsys):
+    with store.atomic_folder(tmp_path / "bm25") as first:
+        err = refused(_index(tiny_beir, tmp_path, "--model", "bm25"), capsys)
+        assert "another build" in err and first.is_dir()
+        (first / "marker").write_text("still mine")
+    assert (tmp_path / "bm25" / "marker").read_text() == "still mine"
+
+
+def test_the_embedding_cache_on_a_full_disk_is_one_line_and_leaves_no_partial(
+    shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
+):
+    from cone.data.loaders import load_beir
+    from cone.encoders.registry import load_encoder
+    from cone.indexing import dense
+
+    monkeypatch.setenv(dense.CACHE_ENV, str(tmp_path / "cache"))
+
+    def full_disk(file, array, *args, **kwargs):
+        Path(file).write_bytes(b"\x93NUMPY partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(dense.np, "save", full_disk)
+    encoder, dataset = load_encoder("baseline", tiny_checkpoints), load_beir(shared_tiny_beir, "tiny")
+    with pytest.raises(InputError, match=r"cache.*\.npy.*No space left"):
+        dense.build_dense(encoder, dataset, tmp_path / "idx", progress=False)
+    assert list((tmp_path / "cache").iterdir()) == []
