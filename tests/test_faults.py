@@ -340,3 +340,8 @@ def test_the_embedding_cache_on_a_full_disk_is_one_line_and_leaves_no_partial(
     with pytest.raises(InputError, match=r"cache.*\.npy.*No space left"):
         dense.build_dense(encoder, dataset, tmp_path / "idx", progress=False)
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_st_naming_a_language_model_checkpoint_is_one_line(shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
+    argv = _index(shared_tiny_beir, tmp_path, "--model", f"st:{tiny_checkpoints / 'baseline'}")
+    assert "language-model checkpoint" in refused(argv, capsys)
