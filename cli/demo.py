@@ -13,8 +13,9 @@ from cone.cli.options import (
     add_dataset_option,
     add_progress_option,
     comma_list,
+    unique_list,
 )
-from cone.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve
+from cone.cli.serve import add_listen_options, check_listen, serve
 from cone.data.loaders import data_dir
 from cone.encoders.registry import LM_MODELS, MODEL_NAMES, missing
 from cone.eval.harness import load_eval_data
@@ -39,21 +40,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help=f"where indexes and the report go (default {DEFAULT_OUT})"
     )
-    p.add_argument("--models", type=comma_list, default=list(MODEL_NAMES), help="comma list (default every model)")
+    p.add_argument("--models", type=unique_list, default=list(MODEL_NAMES), help="comma list (default every model)")
     p.add_argument(
         "--postprocess", type=comma_list, default=comma_list(DEFAULT_POSTPROCESS), help=f"default {DEFAULT_POSTPROCESS}"
     )
     add_checkpoints_option(p)
     p.add_argument("--quick", action="store_true", help="evaluate the quick subset (minutes; see docs/eval.md)")
-    p.add_argument("--host", default=DEFAULT_HOST)
-    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    add_listen_options(p)
     p.add_argument("--no-serve", action="store_true", help="stop after the report instead of starting the service")
     add_progress_option(p)
     p.set_defaults(handler=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
-
+    if not args.no_serve:
+        check_listen(args.host, args.port)  # before the whole pipeline, not after it
     print("== 1. The instruments on five synthetic distributions (cone geometry synthetic) ==")
     print(render_synthetic(synthetic_report()))
     for name in LM_MODELS:

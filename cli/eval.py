@@ -22,11 +22,13 @@ from cone.cli.options import (
     ray_options,
     ray_session,
     runtimes,
+    unique_list,
 )
 from cone.data.loaders import data_dir
 from cone.encoders.base import TORCH, Layer, Runtime
 from cone.encoders.cluster import RayOptions
 from cone.encoders.registry import MODEL_NAMES
+from cone.errors import InputError
 from cone.eval import report
 from cone.eval.figures import FIGURES
 from cone.eval.harness import EvalData, load_eval_data, run_eval
@@ -56,7 +58,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "(or --indexes) when missing and reused after.",
     )
     add_dataset_option(p)
-    p.add_argument("--models", type=comma_list, default=list(MODEL_NAMES), help=f"default {DEFAULT_MODELS}")
+    p.add_argument("--models", type=unique_list, default=list(MODEL_NAMES), help=f"default {DEFAULT_MODELS}")
     p.add_argument(
         "--postprocess",
         type=comma_list,
@@ -155,6 +157,10 @@ def evaluate_and_report(
 
 def summary(results: list[EvalResult], files: report.ReportFiles) -> str:
     rows = [{"model": r.label, **r.metrics} for r in results if r.available]
+    if not rows:
+        raise InputError(
+            f"no model could be evaluated (each skip is said above); {files.markdown} holds only the reasons"
+        )
     sts = tuple(dict.fromkeys(k for row in rows for k in sts_keys(row)))
     where = f"report: {files.markdown}, {files.json}; {len(files.figures)} figures in {files.json.parent / FIGURES}"
     return f"{table(rows, ('model', *SUMMARY[:2], *sts, *SUMMARY[2:]))}\n\n{where}"

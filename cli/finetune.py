@@ -12,10 +12,12 @@ from cone.cli.options import (
     add_progress_option,
     comma_list,
     non_negative_float,
+    non_negative_int,
     positive_int,
 )
 from cone.data.loaders import data_dir
 from cone.encoders.finetune import SOURCES, FinetuneConfig, finetune
+from cone.errors import InputError
 from cone.models.checkpoint import resolve_checkpoint
 from cone.models.train import bf16_is_fast
 
@@ -38,7 +40,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--from", dest="source", type=Path, required=True, help="checkpoint folder, or baseline / regularized"
     )
     p.add_argument("--out", type=Path, required=True, help="folder to write the encoder to (must not hold one)")
-    p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the data order and dropout (default 0)")
+    p.add_argument(
+        "--seed", type=non_negative_int, default=DEFAULTS["seed"], help="seed of the data order and dropout (default 0)"
+    )
     p.add_argument(
         "--mix",
         type=comma_list,
@@ -62,7 +66,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--simcse-sentences", type=positive_int, default=DEFAULTS["simcse_sentences"], help="default 10,000")
     p.add_argument(
         "--reg-cos",
-        type=float,
+        type=non_negative_float,  # as cone train's: nan and negative values refused, not taken for "off"
         default=DEFAULTS["reg_cos"],
         help="λ of reg_cos on sentence vectors (default 0)",
     )
@@ -81,6 +85,8 @@ def run_finetune(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.out.exists() and not args.out.is_dir():
+        raise InputError(f"--out {args.out}: a file, not a folder to write the encoder to")
     source = resolve_checkpoint(args.source, args.checkpoints)
     root = data_dir(args.data_dir)
     cfg = FinetuneConfig(

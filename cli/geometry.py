@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import numpy as np
@@ -85,10 +86,26 @@ def run_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_npy_size(path: Path) -> None:
+    """Refuse a .npy whose header claims more data than the file holds, before any memory is asked for it."""
+    with path.open("rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(handle, max_header_size=100_000)
+        start = handle.tell()
+    needed = math.prod(shape) * dtype.itemsize
+    if needed > path.stat().st_size - start:
+        raise InputError(
+            f"{path}: its header claims shape {shape} ({needed:,} bytes) but the file holds "
+            f"{path.stat().st_size - start:,} bytes of data"
+        )
+
+
 def load_matrix(path: Path) -> np.ndarray:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     try:
+        _check_npy_size(path)
         return np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"{path}: not a readable .npy array ({exc or 'empty file'})") from None

@@ -19,7 +19,7 @@ from cone.cli.options import (
     ray_options,
     ray_session,
 )
-from cone.data.loaders import data_dir, dataset_folder, load_beir
+from cone.data.loaders import data_dir, dataset_folder, load_corpus
 from cone.encoders.base import Runtime
 from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions
 from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
@@ -97,7 +97,7 @@ def run_index(args: argparse.Namespace) -> int:
     root = data_dir(args.data_dir)
     progress = not args.no_progress
     if args.model == "bm25":
-        out = build_bm25(load_beir(root, args.dataset), args.out / "bm25", progress)
+        out = build_bm25(load_corpus(root, args.dataset), args.out / "bm25", progress)
     else:
         with ray_session(ray):
             out = _build_dense(args, postprocess, runtime, root, ray, progress)
@@ -121,5 +121,5 @@ def _build_dense(
         return build_dense_streaming(
             encoder, folder, out, postprocess, args.index_factory, args.search_params, options, progress
         )
-    dataset = load_beir(root, args.dataset)
+    dataset = load_corpus(root, args.dataset)  # an index needs no queries nor qrels
     return build_dense(encoder, dataset, out, postprocess, args.index_factory, progress, args.search_params)

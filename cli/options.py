@@ -68,6 +68,15 @@ def comma_list(text: str) -> list[str]:
     return items
 
 
+def unique_list(text: str) -> list[str]:
+    """A comma list whose items are all different (a model named twice would be compared with itself)."""
+    items = comma_list(text)
+    repeated = sorted({item for item in items if items.count(item) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{repeated[0]!r} is named twice")
+    return items
+
+
 def _parse(text: str, kind: type, what: str) -> int | float:
     try:
         return kind(text)
@@ -122,6 +131,24 @@ def non_negative_float(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
+
+
+def port(text: str) -> int:
+    """A TCP port to listen on, 1-65535 (refused while parsing: before any work the command would do first)."""
+    value = _parse(text, int, "a port number")
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, got {text}")
+    return value
+
+
+def host(text: str) -> str:
+    """An address to listen on. An empty one (every interface, to the server) is refused: 0.0.0.0 says so."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "expected an address (127.0.0.1: this machine only; 0.0.0.0: every IPv4 "
+            "interface; :: every IPv6 one), got an empty one"
+        )
+    return text.strip()
 
 
 RUNTIME_HELP = (

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from pathlib import Path
 
-from cone.cli.options import add_checkpoints_option, non_negative_float, positive_int
+from cone.cli.options import add_checkpoints_option, host, non_negative_float, port, positive_int
 from cone.errors import InputError
 from cone.service.batching import DEFAULT_BATCHING, DEFAULT_MAX_BATCH, DEFAULT_WINDOW_MS, BatchSettings
 from cone.service.schemas import MAX_BODY_BYTES
@@ -23,8 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "others serve) and start the FastAPI service. OpenAPI docs at /docs; the page at /.",
     )
     p.add_argument("--indexes", type=Path, required=True, help="folder of indexes (INDEX_DIR)")
-    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: this machine only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    add_listen_options(p)
     p.add_argument(
         "--max-body-bytes",
         type=positive_int,
@@ -50,6 +50,31 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_serve)
 
 
+def add_listen_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host",
+        type=host,
+        default=DEFAULT_HOST,
+        help=f"address to bind (default {DEFAULT_HOST}: this machine only; 0.0.0.0: every IPv4 interface)",
+    )
+    parser.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"1-65535 (default {DEFAULT_PORT})")
+
+
+def check_listen(host: str, port: int) -> None:
+    """Refuse, before any work, an address that does not resolve or a port that cannot be bound (in use, or
+    privileged): one InputError. (uvicorn would log the failure and exit 3, the code of missing weights.)"""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InputError(f"--host {host!r}: cannot be resolved ({getattr(exc, 'strerror', None) or exc})") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise InputError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
+
+
 def body_limit_from_env() -> int:
     try:
         return positive_int(os.environ.get(MAX_BODY_ENV, str(MAX_BODY_BYTES)))
@@ -70,9 +95,14 @@ def serve(
     from cone.service.app import create_app
 
     limit = max_body_bytes or body_limit_from_env()
+    check_listen(host, port)
     print(f"cone: serving {indexes} at http://{host}:{port}/ (API docs: http://{host}:{port}/docs)", flush=True)
     app = create_app(indexes, checkpoints, max_body_bytes=limit, batching=batching)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    except SystemExit as exc:  # uvicorn's startup failure (exit 3): the port taken since check_listen, say
+        if exc.code:
+            raise InputError(f"the service could not start on {host}:{port} (uvicorn exit {exc.code})") from None
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -82,6 +82,13 @@ def _check_fields(record: object, required: Fields, optional: Fields, where: str
             raise InputError(
                 f"{where}: {key!r} is {type(value).__name__} {str(value)[:30]!r}, expected {type_names(kinds)}"
             )
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:  # JSON's "\ud800": valid JSON, but no character any text can hold
+                raise InputError(
+                    f"{where}: {key!r} holds a lone surrogate (\\u{ord(value[exc.start]):x}), not text"
+                ) from None
     return record
 
 
@@ -196,15 +203,21 @@ def iter_corpus(folder: Path) -> Iterator[tuple[str, dict[str, str]]]:
 
 def load_beir(root: Path, name: str = "scifact", split: str = "test") -> RetrievalDataset:
     """A BEIR dataset folder (``dataset_folder``): corpus.jsonl, queries.jsonl, qrels/{split}.tsv."""
+    dataset = load_corpus(root, name)
     folder = dataset_folder(root, name)
-    name = folder.name
+    queries = {str(r["_id"]): r["text"] for r in read_jsonl(folder / "queries.jsonl", {"_id": ID, "text": TEXT})}
+    qrels = _qrels(folder / "qrels" / f"{split}.tsv")
+    dataset.queries, dataset.qrels = queries, {q: docs for q, docs in qrels.items() if q in queries}
+    return dataset
+
+
+def load_corpus(root: Path, name: str = "scifact") -> RetrievalDataset:
+    """A BEIR folder's corpus alone (no queries, no qrels): what an index is built from."""
+    folder = dataset_folder(root, name)
     corpus = dict(iter_corpus(folder))
     if not corpus:
         raise InputError(f"{folder / 'corpus.jsonl'}: no documents")
-    queries = {str(r["_id"]): r["text"] for r in read_jsonl(folder / "queries.jsonl", {"_id": ID, "text": TEXT})}
-    qrels = _qrels(folder / "qrels" / f"{split}.tsv")
-    qrels = {q: docs for q, docs in qrels.items() if q in queries}
-    return RetrievalDataset(name=name, corpus=corpus, queries=queries, qrels=qrels)
+    return RetrievalDataset(name=folder.name, corpus=corpus, queries={}, qrels={})
 
 
 @dataclass

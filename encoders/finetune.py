@@ -218,6 +218,7 @@ def finetune(
         multi_dataset_batch_sampler="round_robin",
         dataloader_drop_last=True,
     )
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with (out / LOG).open("w", encoding="utf-8") as log_file:
@@ -233,6 +234,10 @@ def finetune(
         except KeyboardInterrupt:
             _save(model, module, out, cfg, trainer.state.global_step, started)
             raise Interrupted(f"the model trained so far is saved in {out}") from None
+        except Exception:
+            if created:  # no folder holding only a log
+                shutil.rmtree(out, ignore_errors=True)
+            raise
     _save(model, module, out, cfg, trainer.state.global_step, started)
     return out
 

@@ -83,4 +83,10 @@ def _load(spec: str, checkpoints: Path | None, runtime: Runtime, data_root: Path
         return st.roberta(runtime=runtime, calibration_root=data_root)
     if spec == "minilm":
         return st.minilm(runtime, data_root)
-    return st.sentence_transformer_dir(spec, Path(spec[3:]), runtime, data_root)
+    folder = Path(spec[3:])
+    if (folder / "token_counts.safetensors").is_file() and not (folder / "modules.json").is_file():
+        raise InputError(
+            f"{spec}: a cone language-model checkpoint, not a sentence-transformers folder (name it in --checkpoints "
+            f"as baseline/ or regularized/, or make an encoder of it: cone finetune --from {folder} --out DIR)"
+        )
+    return st.sentence_transformer_dir(spec, folder, runtime, data_root)

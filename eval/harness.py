@@ -87,6 +87,8 @@ def load_eval_data(
         raise InputError(f"dataset {name!r} under {root} has no test qrels to evaluate against")
     paths = sts_names(sts_files) if sts_files else {DEFAULT_STS: Path(root) / "stsb" / "test.csv"}
     sts = {key: load_sts(path) for key, path in paths.items()} if with_sts else {}
+    if not any(g > 0 and d in dataset.corpus for docs in dataset.qrels.values() for d, g in docs.items()):
+        raise InputError(f"dataset {name!r} under {root}: no test qrel with a score > 0 names a document of its corpus")
     if quick:
         dataset, sts = quick_subset(dataset, sts)
     return EvalData(dataset, sts, quick)

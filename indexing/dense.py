@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,17 +45,25 @@ def _cached(encoder: Encoder, dataset: RetrievalDataset) -> np.ndarray | None:
             vectors = np.load(path)
         except (OSError, ValueError, EOFError):  # a torn or foreign file: encode again
             return None
-        if vectors.shape == (len(dataset.corpus), encoder.dim):
+        # A NaN or inf (a torn write, another process's file) is no cached result: encoded again, and replaced.
+        if vectors.shape == (len(dataset.corpus), encoder.dim) and np.isfinite(vectors).all():
             return vectors
     return None
 
 
 def _save_cached(encoder: Encoder, dataset: RetrievalDataset, vectors: np.ndarray) -> None:
     path = _cache_path(encoder, dataset)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npy")
-    np.save(tmp, vectors)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(tmp, vectors)
+        os.replace(tmp, path)
+    except OSError as exc:  # a full or read-only disk: no partial file left, one line naming the cache
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise InputError(
+            f"{path}: cannot write the embedding cache ({exc.strerror or exc}); free space or set ${CACHE_ENV}"
+        ) from None
 
 
 def corpus_texts(dataset: RetrievalDataset) -> list[str]:

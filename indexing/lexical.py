@@ -19,6 +19,8 @@ BM25_FOLDER = "bm25"
 def build_bm25(dataset: RetrievalDataset, out: Path, progress: bool = True) -> Path:
     doc_ids = sorted(dataset.corpus)
     tokens = bm25s.tokenize([doc_text(dataset.corpus[d]) for d in doc_ids], stopwords="en", show_progress=progress)
+    if not any(len(doc) for doc in tokens.ids):  # bm25s fails on a vocabulary of nothing
+        raise InputError(f"{dataset.name}: no document has a word bm25 can index (every text empty or stopwords)")
     retriever = bm25s.BM25()
     retriever.index(tokens, show_progress=progress)
     with store.writing_index(out) as folder:

@@ -25,9 +25,11 @@ import numpy as np
 from cone.errors import InputError
 from cone.geometry import anisotropy, moments
 
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"  # 0.99, .5, 30, 1e-05, 1e+16 (no sign, no nan/inf)
+_STAGES = re.compile(r"(?<![eE])\+|\+(?!\d)")  # "+" joins stages, but not in an exponent (rogue:2:1e+20)
 _ABTT = re.compile(r"^abtt:(\d+)$")
-_CONE = re.compile(r"^cone:(0?\.\d+|0)$")
-_ROGUE = re.compile(r"^rogue:(\d+):(\d+(?:\.\d+)?)$")
+_CONE = re.compile(rf"^cone:({_NUMBER})$")
+_ROGUE = re.compile(rf"^rogue:(\d+):({_NUMBER})$")
 WHITEN_EPS = 1e-6
 CONE_TOLERANCE = 1e-5  # of the achieved mean pairwise cosine, by bisection
 SYNTHETIC = ("cone:", "rogue:")
@@ -38,24 +40,40 @@ STAGE_ARRAYS |= {"cone": ["shift"], "rogue": ["scale"]}
 HELP = "none, center, whiten, standardize, abtt:K, cone:C (0 <= C < 1), rogue:K:S, or stages joined by + (cone:0.99+whiten)"
 
 
+def number(value: float) -> str:
+    """The canonical text of a stage's number: the shortest that reads back as exactly ``value`` (repr), with
+    no ".0" on a whole number below 1e16 (rogue:2:30, as the index names of earlier builds have it), and no "+"
+    in an exponent (1e+20 -> 1e20: "+" joins stages)."""
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value).replace("e+", "e")
+
+
 def _parse_stage(stage: str) -> str:
     stage = stage.strip()
     if stage in ("none", "center", "whiten", "standardize"):
         return stage
     if (match := _ABTT.match(stage)) and int(match.group(1)) >= 1:
         return stage
-    if _CONE.match(stage) and float(stage[5:]) < 1:
-        return f"cone:{float(stage[5:]):g}"
-    if (match := _ROGUE.match(stage)) and int(match.group(1)) >= 1 and float(match.group(2)) > 0:
-        return f"rogue:{int(match.group(1))}:{float(match.group(2)):g}"
+    if (match := _CONE.match(stage)) and float(match.group(1)) < 1:
+        return f"cone:{number(float(match.group(1)))}"
+    if (match := _ROGUE.match(stage)) and int(match.group(1)) >= 1 and 0 < float(match.group(2)) < float("inf"):
+        return f"rogue:{int(match.group(1))}:{number(float(match.group(2)))}"
     raise InputError(f"unknown --postprocess stage {stage!r}; choose {HELP}")
 
 
 def parse(spec: str) -> str:
     """Validate a post-processing spec; returns it normalised (stages joined by +, 'none' dropped from chains)."""
-    stages = [_parse_stage(s) for s in spec.split("+")]
+    stages = [_parse_stage(s) for s in _STAGES.split(spec)]
     stages = [s for s in stages if s != "none"] or ["none"]
     return "+".join(stages)
+
+
+def folder_part(spec: str) -> str:
+    """``spec`` (parsed) as part of an index folder's name, in a filename's portable characters (A-Z a-z 0-9 . _ -):
+    abtt:3 -> abtt3, cone:0.99 -> cone0.99, rogue:2:30 -> rogue2x30, cone:1e-05 -> cone1e-05;
+    stages joined by -. Distinct specs give distinct names."""
+    return "-".join(stage.replace(":", "", 1).replace(":", "x") for stage in parse(spec).split("+"))
 
 
 def is_synthetic(spec: str) -> bool:
@@ -87,7 +105,7 @@ def _cone_shift(x: np.ndarray, target: float) -> np.ndarray:
         return anisotropy((x + a * u).astype(np.float64)).value
 
     if achieved(0.0) >= target:
-        raise InputError(f"cone:{target:g}: the vectors' mean pairwise cosine is already {achieved(0.0):.4f}")
+        raise InputError(f"cone:{number(target)}: the vectors' mean pairwise cosine is already {achieved(0.0):.4f}")
     scale = float(np.linalg.norm(x, axis=1).mean())
     low, high = 0.0, scale
     while achieved(high) < target:

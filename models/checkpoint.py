@@ -8,12 +8,13 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
+import re
 from dataclasses import fields
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from tokenizers import Tokenizer
 
 from cone.errors import InputError
@@ -56,9 +57,50 @@ def read_log(path: Path) -> list[dict]:
 
 
 def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    """``write`` a temporary file beside ``path``, then rename it over ``path``; on a failure it is removed."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    # safetensors' save_file writes its own .tmpXXXXXX with mode 0600 whatever the umask; plain open() follows it.
+    path.write_bytes(save(tensors))
+
+
+TMP_SUFFIX = ".tmp"
+_STALE = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")  # what safetensors' save_file leaves when killed mid-write
+
+
+def remove_temporaries(out: Path) -> list[Path]:
+    """Delete what a save killed midway left in the checkpoint folder ``out`` (NAME.tmp of its files, and
+    safetensors' own .tmpXXXXXX); the paths removed."""
+    names = {f"{name}{TMP_SUFFIX}" for name in (WEIGHTS, TOKEN_COUNTS, TOKENIZER, CONFIG, RESUME, LOG)}
+    stale = [p for p in Path(out).glob("*") if p.is_file() and (p.name in names or _STALE.match(p.name))]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+def truncate_log(out: Path, step: int) -> None:
+    """Keep the log's records up to ``step`` (the checkpoint's): a run killed after logging a step but before
+    saving it logs that step again when resumed, and must log it once. A torn last line is dropped."""
+    file = Path(out) / LOG
+    if not file.is_file():
+        return
+    kept = []
+    for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+            kept.append(line + "\n")
+    _atomic(file, lambda p: p.write_text("".join(kept), encoding="utf-8"))
 
 
 def save_checkpoint(
@@ -72,8 +114,8 @@ def save_checkpoint(
     """Write every file to a temporary name first, so a kill mid-save leaves the old files."""
     out.mkdir(parents=True, exist_ok=True)
     half = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()}
-    _atomic(out / WEIGHTS, lambda p: save_file(half, str(p)))
-    _atomic(out / TOKEN_COUNTS, lambda p: save_file({"counts": token_counts.contiguous()}, str(p)))
+    _atomic(out / WEIGHTS, lambda p: _save_tensors(half, p))
+    _atomic(out / TOKEN_COUNTS, lambda p: _save_tensors({"counts": token_counts.contiguous()}, p))
     _atomic(out / TOKENIZER, lambda p: tokenizer.save(str(p)))
     payload = {"format": FORMAT, "model": model.cfg.to_dict(), **meta}
     _atomic(out / CONFIG, lambda p: p.write_text(json.dumps(payload, indent=2, default=str)))

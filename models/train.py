@@ -188,6 +188,13 @@ def _load_resume(out: Path, cfg: TrainConfig, model_cfg: GPTConfig) -> tuple[dic
         state = torch.load(out / ckpt.RESUME, weights_only=True)
     except Exception as exc:  # torch raises many types for a truncated or foreign file
         raise InputError(f"{out / ckpt.RESUME}: corrupt resume state ({exc})") from None
+    # The files a finished run would leave as they are must be sound before the run is called done.
+    ckpt.load_checkpoint(out)
+    counts = ckpt.load_token_counts(out)
+    if tuple(counts.shape) != (model_cfg.vocab_size,):
+        raise InputError(f"{out / ckpt.TOKEN_COUNTS}: {tuple(counts.shape)} counts for {model_cfg.vocab_size} ids")
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise InputError(f"{out / ckpt.RESUME}: not a resume state (no step)")
     return state, load_tokenizer(out / ckpt.TOKENIZER)
 
 
@@ -203,6 +210,9 @@ def train(
     if not resume and (out / ckpt.CONFIG).exists():
         raise InputError(f"{out} already holds a checkpoint; pass --resume to continue it or choose another --out")
     state, tokenizer = _load_resume(out, cfg, model_cfg) if resume else (None, None)
+    # What a killed run left: temporaries of a save, and log records past the step the checkpoint holds.
+    ckpt.remove_temporaries(out)
+    ckpt.truncate_log(out, int(state["step"]) if state is not None else 0)
     tokenizer, streams = prepare_data(files, model_cfg.vocab_size, tokenizer, model_cfg.block_size)
     torch.manual_seed(cfg.seed)
     model = GPT(model_cfg)
