@@ -16,6 +16,7 @@ from cone.cli.options import (
     add_progress_option,
     add_ray_options,
     add_runtime_list_options,
+    choice_list,
     comma_list,
     factory_list,
     layer_list,
@@ -34,6 +35,7 @@ from cone.eval.figures import FIGURES
 from cone.eval.harness import EvalData, load_eval_data, run_eval
 from cone.eval.results import EvalResult, sts_keys
 from cone.eval.significance import compare
+from cone.indexing.factory import STORES, store_types
 from cone.output import dump_json, table
 
 DEFAULT_MODELS = ",".join(MODEL_NAMES)
@@ -88,7 +90,19 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="FAISS factory strings to compare, e.g. Flat,SQ8,SQfp16,PQ32,IVF256,Flat,HNSW32 (';' also separates); "
         "each besides Flat is a row with recall@10 against the exact Flat index of the same vectors",
     )
-    p.add_argument("--search-params", default="", help="FAISS search parameters for every factory but Flat")
+    p.add_argument(
+        "--store",
+        type=choice_list(STORES),
+        default=[],
+        help="comma list of stores whose index types are rows too: lancedb adds lance:FLAT, lance:IVF_PQ, "
+        "lance:IVF_HNSW_SQ and lance:IVF_RQ (pip install 'cone[lancedb]'); faiss adds nothing (its types are "
+        "--index-factory's, which also takes lance: types one by one). Every row is compared with FAISS Flat",
+    )
+    p.add_argument(
+        "--search-params",
+        default="",
+        help="search parameters for every factory but Flat (a type that does not take them gives a row saying so)",
+    )
     p.add_argument(
         "--sts",
         type=lambda text: [Path(item) for item in comma_list(text)],
@@ -181,7 +195,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
             args.checkpoints,
             not args.no_progress,
             args.layers,
-            tuple(args.index_factory),
+            tuple(dict.fromkeys([*args.index_factory, *(t for s in args.store for t in store_types(s))])),
             args.search_params,
             runtime_list=chosen_runtimes,
             data_root=root,

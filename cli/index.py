@@ -27,7 +27,7 @@ from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing import store
 from cone.indexing.dense import build_dense
-from cone.indexing.factory import DEFAULT_FACTORY
+from cone.indexing.factory import DEFAULT_FACTORY, STORES, for_store
 from cone.indexing.lexical import build_bm25
 from cone.indexing.streaming import StreamOptions, build_dense_streaming, check_streamable
 
@@ -51,13 +51,22 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=DEFAULT_FACTORY,
         help="index type: a FAISS factory string (default Flat = exact; SQ8, PQ32, HNSW32, RaBitQ, IVF64,RaBitQ; "
         "for big corpora IVF4096,Flat with --search-params nprobe=32, see docs/benchmarks.md), or 1-bit codes: "
-        "BIN (sign bits, Hamming distance) or BIN+rescore:R (Hamming's top R re-ranked by the float32 vectors)",
+        "BIN (sign bits, Hamming distance) or BIN+rescore:R (Hamming's top R re-ranked by the float32 vectors); "
+        "or a LanceDB type: lance:FLAT (exhaustive), lance:IVF_PQ, lance:IVF_HNSW_SQ, lance:IVF_RQ (RaBitQ)",
+    )
+    p.add_argument(
+        "--store",
+        choices=STORES,
+        default=None,
+        help="where the vectors live: faiss (an index file) or lancedb (a Lance table in the index folder; "
+        "pip install 'cone[lancedb]'). Default: the store --index-factory names; --store lancedb alone means "
+        "lance:FLAT. Parameters LanceDB's types choose from the corpus are recorded in the manifest (index_params)",
     )
     p.add_argument(
         "--search-params",
         default="",
-        help="FAISS search-time parameters kept in the manifest, e.g. nprobe=32 (IVF), efSearch=128 (HNSW) or "
-        "qb=4 (RaBitQ's query bits, 1-8)",
+        help="search-time parameters kept in the manifest, e.g. nprobe=32 (IVF), efSearch=128 (HNSW) or "
+        "qb=4 (RaBitQ's query bits, 1-8); for LanceDB types nprobes=N (default 20), refine_factor=R, ef=N (HNSW)",
     )
     p.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
     add_runtime_options(p)
@@ -92,8 +101,11 @@ def run_index(args: argparse.Namespace) -> int:
     runtime = Runtime(args.backend, args.quantize)
     check_model_name(args.model)
     ray = ray_options(args)
-    if args.model == "bm25" and (postprocess != "none" or runtime.tag != "torch" or args.stream or ray):
-        raise InputError("--postprocess, --backend, --quantize, --stream and --ray apply to dense models, not bm25")
+    if args.model == "bm25" and (postprocess != "none" or runtime.tag != "torch" or args.stream or ray or args.store):
+        raise InputError(
+            "--postprocess, --backend, --quantize, --stream, --ray and --store apply to dense models, not bm25"
+        )
+    args.index_factory = for_store(args.index_factory, args.store)
     root = data_dir(args.data_dir)
     progress = not args.no_progress
     if args.model == "bm25":

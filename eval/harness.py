@@ -276,7 +276,11 @@ def evaluate_dense(
         for factory in options.factories:
             if factory == DEFAULT_FACTORY:
                 continue
-            index = _open_or_build_dense(encoder, model, data, indexes, spec, corpus, factory, options)
+            try:
+                index = _open_or_build_dense(encoder, model, data, indexes, spec, corpus, factory, options)
+            except InputError as exc:  # a type this corpus cannot train (lance:IVF_PQ on < 256 vectors), no lancedb
+                results.append(EvalResult(model, spec, None, encoder.layer, reason=str(exc), factory=factory))
+                continue
             values, samples = _approximate_row(index, data, encoded, exact)
             row = EvalResult(
                 model, spec, index.folder.name, encoder.layer, metrics=values, samples=samples, factory=factory

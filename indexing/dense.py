@@ -146,6 +146,7 @@ def dense_manifest(
     factory: str,
     search_params: str,
     fit_sample: int | None = None,
+    index_params: dict[str, int | str | None] | None = None,
 ) -> DenseManifest:
     return DenseManifest(
         model=encoder.name,
@@ -157,6 +158,7 @@ def dense_manifest(
         postprocess=corrected.postprocess,
         index_factory=factory,
         search_params=search_params,
+        index_params=index_params or {},
         dim=encoder.dim,
         layer=encoder.layer,
         postprocess_params={k: list(v.shape) for k, v in corrected.params.items()},
@@ -187,13 +189,13 @@ def build_dense(
         else correct_corpus(encoder, dataset, postprocess, progress)
     )
     doc_ids = sorted(dataset.corpus)
-    codes = build_codes(corpus.vectors, factory, search_params)
+    codes = build_codes(corpus.vectors, factory, search_params, doc_ids)
     identity = CorpusIdentity(dataset.name, dataset.fingerprint(), len(doc_ids))
     with store.writing_index(out) as folder:
         codes.write(folder.path)
         np.savez(folder.path / PARAMS_FILE, **corpus.params)
         folder.add_docs(doc_ids, dataset.corpus)
-        folder.manifest = dense_manifest(encoder, identity, corpus, factory, search_params)
+        folder.manifest = dense_manifest(encoder, identity, corpus, factory, search_params, index_params=codes.params)
     return out
 
 
@@ -205,7 +207,8 @@ class DenseIndex:
         self.manifest = manifest or read_manifest(self.folder)
         self._check_encoder(encoder)
         m = self.manifest
-        self.codes: Codes = read_codes(self.folder, m.index_factory, m.dim, m.search_params, m.fit_sample is not None)
+        on_disk = m.fit_sample is not None
+        self.codes: Codes = read_codes(self.folder, m.index_factory, m.dim, m.search_params, on_disk, m.index_params)
         try:
             with np.load(self.folder / PARAMS_FILE) as npz:
                 self.params = {k: npz[k] for k in npz.files}

@@ -3,9 +3,10 @@
 A type is a FAISS factory string (``Flat``, ``SQ8``, ``PQ32``, ``HNSW32``, ``IVF1024,Flat``, ``RaBitQ``,
 ``IVF64,RaBitQ``, ...) or a 1-bit code: ``BIN`` (the sign of each coordinate, searched by Hamming distance) and
 ``BIN+rescore:R`` (Hamming's top R rescored by the float query against the stored float32 vectors: the recipe
-sentence-transformers documents for binary quantization). Specs and search parameters are checked here, before
-FAISS sees them: some strings FAISS accepts build an index that fails every search (``IVF0``), scores nothing
-(``SQ0``), crashes the process (``HNSW1``) or never finishes (``NSG4``).
+sentence-transformers documents for binary quantization). ``lance:TYPE`` names a LanceDB store and its index type
+(cone.indexing.lance: ``lance:FLAT``, ``lance:IVF_PQ``, ``lance:IVF_HNSW_SQ``, ``lance:IVF_RQ``). Specs and search
+parameters are checked here, before FAISS sees them: some strings FAISS accepts build an index that fails every
+search (``IVF0``), scores nothing (``SQ0``), crashes the process (``HNSW1``) or never finishes (``NSG4``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import faiss
 import numpy as np
 
 from cone.errors import DamagedIndex, InputError
+from cone.indexing import lance
+from cone.indexing.lance import LanceCodes
 from cone.output import native_stdout_silenced
 
 INDEX_FILE = "index.faiss"
@@ -28,7 +31,8 @@ DEFAULT_FACTORY = "Flat"
 BINARY = re.compile(r"^BIN(?:\+rescore:(?P<depth>\d+))?$")
 SCALAR_BITS = ("4", "6", "8")  # SQ4, SQ6, SQ8 (and SQfp16, SQbf16, SQ8_direct...)
 MIN_DEGREE = {"HNSW": 2, "NSG": 8}  # below these FAISS crashes (HNSW0 SIGABRT, HNSW1 SIGSEGV) or hangs (NSG<8)
-COUNTED_PARAMS = ("nprobe", "efSearch", "qb", "ht", "max_codes", "k_factor")  # each must be a count > 0
+# Each must be a count > 0: FAISS's, then LanceDB's (cone.indexing.lance).
+COUNTED_PARAMS = ("nprobe", "efSearch", "qb", "ht", "max_codes", "k_factor", "nprobes", "ef", "refine_factor")
 QUERY_BITS = range(1, 9)  # RaBitQ's query quantization (qb)
 
 
@@ -42,6 +46,11 @@ class IndexType:
     @property
     def binary(self) -> bool:
         return self.factory.startswith("BIN")
+
+    @property
+    def store(self) -> str:
+        """Where the vectors live: "faiss" (an index file) or "lancedb" (a Lance table)."""
+        return "lancedb" if self.factory.startswith(lance.PREFIX) else "faiss"
 
     @property
     def ivf_lists(self) -> int | None:
@@ -58,6 +67,8 @@ def parse_factory(factory: str) -> IndexType:
     factory = factory.strip()
     if not factory:
         raise _refuse(factory, "empty")
+    if factory.lower().startswith(lance.PREFIX):
+        return IndexType(lance.PREFIX + lance.type_of(factory))
     binary = BINARY.match(factory)
     if binary:
         depth = binary.group("depth")
@@ -77,6 +88,26 @@ def parse_factory(factory: str) -> IndexType:
         if bits and bits.group(1) not in SCALAR_BITS:
             raise _refuse(factory, f"{part!r}: scalar quantizers have {', '.join(SCALAR_BITS)} bits (or SQfp16)")
     return IndexType(factory)
+
+
+STORES = ("faiss", "lancedb")
+
+
+def for_store(factory: str, store: str | None) -> str:
+    """``--index-factory`` under ``--store``: lancedb makes the default Flat ``lance:FLAT``; a type of the other
+    store is refused (None: the store the type names)."""
+    kind = parse_factory(factory)
+    if store is None or kind.store == store:
+        return kind.factory
+    if store == "lancedb" and kind.factory == DEFAULT_FACTORY:
+        return lance.PREFIX + "FLAT"
+    types = ", ".join(lance.PREFIX + t for t in lance.TYPES) if store == "lancedb" else "a FAISS factory string"
+    raise InputError(f"--index-factory {factory!r} is a {kind.store} type, not one of --store {store} ({types})")
+
+
+def store_types(store: str) -> tuple[str, ...]:
+    """The index types ``cone eval --store`` adds for a store: every LanceDB type; FAISS's are --index-factory's."""
+    return tuple(lance.PREFIX + t for t in lance.TYPES) if store == "lancedb" else ()
 
 
 def parse_search_params(params: str) -> dict[str, str]:
@@ -139,6 +170,8 @@ def make_faiss(dim: int, factory: str, search_params: str = "") -> faiss.Index:
     kind = parse_factory(factory)
     if kind.binary:
         raise _refuse(factory, "1-bit codes are not a FAISS factory string here")
+    if kind.store != "faiss":
+        raise _refuse(factory, "a LanceDB index type, not a FAISS factory string")
     parse_search_params(search_params)
     try:
         index = faiss.index_factory(dim, kind.factory, faiss.METRIC_INNER_PRODUCT)
@@ -187,6 +220,10 @@ class FloatCodes:
 
     def write(self, folder: Path) -> None:
         faiss.write_index(self.index, str(folder / INDEX_FILE))
+
+    @property
+    def params(self) -> dict[str, int | str | None]:
+        return {}  # everything is in the factory string and the search parameters
 
 
 def sign_codes(vectors: np.ndarray) -> np.ndarray:
@@ -237,13 +274,20 @@ class BinaryCodes:
         if self.floats is not None:
             np.save(folder / RESCORE_FILE, self.floats)
 
+    @property
+    def params(self) -> dict[str, int | str | None]:
+        return {}
 
-Codes = FloatCodes | BinaryCodes
+
+Codes = FloatCodes | BinaryCodes | LanceCodes
 
 
-def build_codes(vectors: np.ndarray, factory: str, search_params: str = "") -> Codes:
-    """The index of ``factory`` over ``vectors`` (unit rows), trained, filled and with its search parameters."""
+def build_codes(vectors: np.ndarray, factory: str, search_params: str = "", ids: list[str] | None = None) -> Codes:
+    """The index of ``factory`` over ``vectors`` (unit rows), trained, filled and with its search parameters;
+    ``ids``: the documents' ids in row order, kept beside the vectors where the store keeps them (LanceDB)."""
     kind = parse_factory(factory)
+    if kind.store == "lancedb":
+        return LanceCodes.build(vectors, kind.factory, parse_search_params(search_params), ids)
     if kind.binary:
         if parse_search_params(search_params):
             raise InputError(f"invalid --search-params {search_params!r}: a BIN index has no search parameters")
@@ -258,11 +302,16 @@ def build_codes(vectors: np.ndarray, factory: str, search_params: str = "") -> C
     return FloatCodes(index)
 
 
-def read_codes(folder: Path, factory: str, dim: int, search_params: str, on_disk: bool) -> Codes:
+def read_codes(
+    folder: Path, factory: str, dim: int, search_params: str, on_disk: bool, params: dict | None = None
+) -> Codes:
     """What ``Codes.write`` wrote; ``on_disk``: a streamed build's inverted lists stay on disk, opened read-only
     (the service's volume may be) from beside the index file, never from the path the build recorded (another
-    index's, if the folder moved). Raises DamagedIndex for unreadable files."""
+    index's, if the folder moved); ``params``: the manifest's index_params (a LanceDB index's search settings).
+    Raises DamagedIndex for unreadable files."""
     kind = parse_factory(factory)
+    if kind.store == "lancedb":
+        return LanceCodes.read(folder, kind.factory, dim, params or {})
     try:
         if kind.binary:
             floats = np.load(folder / RESCORE_FILE) if kind.rescore else None

@@ -70,6 +70,10 @@ class DenseManifest(_Manifest):
     postprocess: str = "none"
     index_factory: str
     search_params: str = ""
+    # What the index type chose from N and d, and what every search applies (a LanceDB index's num_partitions,
+    # num_sub_vectors, nprobes, refine_factor, ...); empty, and then not written, for FAISS, whose factory string
+    # and search_params say it (so folders written before it read and write back the same keys).
+    index_params: dict[str, int | str | None] = Field(default_factory=dict, exclude_if=lambda v: not v)
     dim: PositiveInt
     layer: str | int = "last"
     postprocess_params: dict[str, list[int]]  # name -> shape of each fitted array

@@ -1,0 +1,268 @@
+"""LanceDB as a store: the unit vectors in a Lance table inside the index folder, searched by LanceDB's own
+index types, named as index factories with a prefix: ``lance:FLAT`` (no index: an exhaustive scan),
+``lance:IVF_PQ`` (LanceDB's default), ``lance:IVF_HNSW_SQ`` and ``lance:IVF_RQ`` (RaBitQ codes).
+
+The table (``vectors.lance``) holds each document's row in the index's document table, its id and its vector;
+titles and texts stay in that document table (cone.indexing.store), so everything that reads an index folder
+reads this one alike. The metric is LanceDB's ``dot`` (distance 1 - q·x): the rows are unit vectors, so
+1 - distance is the cosine, without the norms ``cosine`` would recompute on every comparison.
+
+lancedb is imported only here, and only when a Lance index is built or opened: cone works without it, and an
+index of this store on a machine without it is refused with the fix (``pip install 'cone[lancedb]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from cone.errors import DamagedIndex, InputError
+
+PREFIX = "lance:"
+TYPES = ("FLAT", "IVF_PQ", "IVF_HNSW_SQ", "IVF_RQ")
+TABLE = "vectors"  # the Lance dataset is TABLE + ".lance" in the index folder
+FILES = "lance_files.json"  # every file of the dataset with its size when written: truncation and deletion show
+METRIC = "dot"
+INSTALL = "pip install 'cone[lancedb]'"
+# Search-time settings each type takes (LanceDB's query builder: nprobes, ef, refine_factor).
+SEARCH_SETTINGS = {
+    "FLAT": (),
+    "IVF_PQ": ("nprobes", "refine_factor"),
+    "IVF_RQ": ("nprobes", "refine_factor"),
+    "IVF_HNSW_SQ": ("nprobes", "ef", "refine_factor"),
+}
+DEFAULT_NPROBES = 20  # LanceDB's own default, set explicitly so that the manifest says what every search used
+PQ_CENTROIDS = 256  # an 8-bit product quantizer trains 2^8 centroids per sub-vector
+# LanceDB trains k-means on sample_rate (256) vectors per partition and, with fewer, trains fewer partitions than
+# asked (with a warning); asking for no more than it trains keeps the recorded count the true one.
+ROWS_PER_PARTITION = 256
+HNSW_ROWS_PER_PARTITION = 1_000_000  # LanceDB advises one HNSW graph for most tables; more bound its build memory
+
+
+def lancedb_module() -> ModuleType:
+    """lancedb, or the one line that says it is not installed and how to install it."""
+    # Lance's Rust core logs warnings straight to stderr; only the cli prints here, so below errors it is quiet.
+    os.environ.setdefault("LANCE_LOG", "error")
+    try:
+        import lancedb
+    except ImportError as exc:
+        raise InputError(f"LanceDB store unavailable: lancedb is not installed ({exc}); fix: {INSTALL}") from None
+    return lancedb
+
+
+def type_of(factory: str) -> str:
+    """``lance:ivf_pq`` -> ``IVF_PQ``; an unknown type is refused naming the known ones."""
+    name = factory[len(PREFIX) :].strip().upper()
+    if name not in TYPES:
+        known = ", ".join(PREFIX + t for t in TYPES)
+        raise InputError(f"invalid --index-factory {factory!r}: LanceDB index types are {known}")
+    return name
+
+
+def _partitions(n: int, per_partition: int) -> int:
+    return max(1, min(round(math.sqrt(n)), n // per_partition))
+
+
+def _sub_vectors(dim: int) -> int:
+    """d/8 sub-vectors (1 byte per 8 dimensions, as FAISS's PQ{d/8}), or the largest divisor of d below it."""
+    return max(s for s in range(1, max(1, dim // 8) + 1) if dim % s == 0)
+
+
+def build_params(name: str, n: int, dim: int, settings: dict[str, str]) -> dict[str, int | str | None]:
+    """The parameters of a ``name`` index over ``n`` vectors of ``dim`` (chosen from n and d), and the search
+    settings every search applies; a type that cannot be trained on ``n`` vectors is refused."""
+    allowed = SEARCH_SETTINGS[name]
+    for setting in settings:
+        if setting not in allowed:
+            takes = ", ".join(allowed) or "no search parameters"
+            raise InputError(f"invalid --search-params: lance:{name} takes {takes}, not {setting!r}")
+    params: dict[str, int | str | None] = {"metric": METRIC}
+    if name == "IVF_PQ":
+        if n < PQ_CENTROIDS:
+            raise InputError(
+                f"--index-factory 'lance:IVF_PQ' on {n:,} vectors: its 8-bit product quantizer trains "
+                f"{PQ_CENTROIDS} centroids per sub-vector and needs at least {PQ_CENTROIDS} vectors"
+            )
+        params |= {"num_partitions": _partitions(n, ROWS_PER_PARTITION), "num_sub_vectors": _sub_vectors(dim)}
+        params |= {"num_bits": 8}
+    elif name == "IVF_RQ":
+        params |= {"num_partitions": _partitions(n, ROWS_PER_PARTITION), "num_bits": 1}
+    elif name == "IVF_HNSW_SQ":
+        params |= {"num_partitions": -(-n // HNSW_ROWS_PER_PARTITION), "m": 20, "ef_construction": 300}
+    if name != "FLAT":
+        params["nprobes"] = min(int(settings.get("nprobes", DEFAULT_NPROBES)), int(params["num_partitions"]))
+        params["refine_factor"] = int(settings["refine_factor"]) if "refine_factor" in settings else None
+    if "ef" in settings:
+        params["ef"] = int(settings["ef"])
+    return params
+
+
+def _index_config(lancedb: ModuleType, name: str, params: dict[str, int | str | None]) -> object:
+    index = lancedb.index
+    if name == "IVF_PQ":
+        return index.IvfPq(
+            distance_type=METRIC,
+            num_partitions=params["num_partitions"],
+            num_sub_vectors=params["num_sub_vectors"],
+            num_bits=params["num_bits"],
+        )
+    if name == "IVF_RQ":
+        return index.IvfRq(distance_type=METRIC, num_partitions=params["num_partitions"], num_bits=params["num_bits"])
+    return index.IvfHnswSq(
+        distance_type=METRIC,
+        num_partitions=params["num_partitions"],
+        m=params["m"],
+        ef_construction=params["ef_construction"],
+    )
+
+
+def _dataset_files(dataset: Path) -> dict[str, int]:
+    return {str(p.relative_to(dataset)): p.stat().st_size for p in sorted(dataset.rglob("*")) if p.is_file()}
+
+
+class LanceCodes:
+    """A Lance table of (row, id, vector) with an index of one LanceDB type; the Codes interface of
+    cone.indexing.factory: ``search`` gives cosines and rows, ``vectors`` the stored float32 rows, ``write``."""
+
+    def __init__(self, name: str, dim: int, params: dict[str, int | str | None], table: object | None = None) -> None:
+        self.name, self.dim, self.params = name, dim, params
+        self._table = table
+        self._pending: tuple[np.ndarray, list[str] | None] | None = None
+
+    @property
+    def factory(self) -> str:
+        return PREFIX + self.name
+
+    @classmethod
+    def build(
+        cls, vectors: np.ndarray, factory: str, settings: dict[str, str], ids: list[str] | None = None
+    ) -> LanceCodes:
+        """Checked now (type, parameters, trainability); the table is written by ``write`` into the index folder
+        (or, if searched first, into a temporary folder)."""
+        lancedb_module()
+        name = type_of(factory)
+        n, dim = vectors.shape
+        codes = cls(name, dim, build_params(name, n, dim, settings))
+        codes._pending = (np.ascontiguousarray(vectors, dtype=np.float32), ids)
+        return codes
+
+    @property
+    def index(self) -> object:
+        """The LanceDB table (what ``DenseIndex.faiss_index`` hands out for the FAISS stores)."""
+        if self._table is None:
+            scratch = Path(tempfile.mkdtemp(prefix="cone-lance-"))
+            weakref.finalize(self, shutil.rmtree, scratch, True)
+            self._create(scratch)
+        return self._table
+
+    @property
+    def ntotal(self) -> int:
+        return self.index.count_rows()
+
+    def _create(self, folder: Path) -> None:
+        lancedb = lancedb_module()
+        vectors, ids = self._pending
+        pa = _pyarrow()
+        columns = {
+            "row": pa.array(np.arange(len(vectors), dtype=np.int64)),
+            "id": pa.array(ids if ids is not None else [str(r) for r in range(len(vectors))], pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel()), self.dim),
+        }
+        try:
+            table = lancedb.connect(folder).create_table(TABLE, pa.table(columns))
+            if self.name != "FLAT":
+                table.create_index("vector", config=_index_config(lancedb, self.name, self.params))
+        except (RuntimeError, ValueError, OSError) as exc:
+            why = _first_line(exc)
+            raise InputError(f"--index-factory {self.factory!r} on {len(vectors):,} vectors: {why}") from None
+        self._table = table
+
+    def write(self, folder: Path) -> None:
+        if self._pending is None:
+            raise RuntimeError("a LanceCodes read from disk is written only by its build")  # a defect of the caller
+        self._create(folder)
+        files = _dataset_files(folder / f"{TABLE}.lance")
+        (folder / FILES).write_text(json.dumps({"type": self.name, "files": files}, indent=1))
+
+    @classmethod
+    def read(cls, folder: Path, factory: str, dim: int, params: dict[str, int | str | None]) -> LanceCodes:
+        """The table as ``write`` left it; a missing or truncated file of it is a DamagedIndex (found by size,
+        without reading the data: the service opens every index at start)."""
+        name = type_of(factory)
+        lancedb = lancedb_module()
+        dataset = folder / f"{TABLE}.lance"
+        try:
+            recorded = json.loads((folder / FILES).read_text())["files"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DamagedIndex(f"{folder}: missing or corrupt {FILES} ({_first_line(exc)})") from None
+        found = _dataset_files(dataset) if dataset.is_dir() else {}
+        for path, size in recorded.items():
+            if found.get(path) != size:
+                now = "missing" if path not in found else f"{found[path]:,} bytes, written as {size:,}"
+                raise DamagedIndex(f"{folder}: Lance table file {TABLE}.lance/{path} is {now}")
+        try:
+            table = lancedb.connect(folder).open_table(TABLE)
+            width = table.schema.field("vector").type.list_size
+        except (RuntimeError, ValueError, OSError, KeyError) as exc:
+            raise DamagedIndex(f"{folder}: corrupt Lance table ({_first_line(exc)})") from None
+        if width != dim:
+            raise DamagedIndex(f"{folder}: Lance vectors of dimension {width}, manifest says {dim}")
+        return cls(name, dim, params, table)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` cosines and rows per query, best first; -inf and -1 where fewer were found."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        if not len(queries):
+            return scores, rows
+        query = self.index.search(list(queries), vector_column_name="vector").distance_type(METRIC)
+        query = query.select(["row", "_distance"]).limit(k)
+        if self.params.get("nprobes") is not None:
+            query = query.nprobes(int(self.params["nprobes"]))
+        if self.params.get("refine_factor") is not None:
+            query = query.refine_factor(int(self.params["refine_factor"]))
+        if self.params.get("ef") is not None:
+            query = query.ef(int(self.params["ef"]))
+        try:
+            found = query.to_arrow()
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise DamagedIndex(f"Lance table unreadable ({_first_line(exc)})") from None
+        which = (
+            found["query_index"].to_numpy()
+            if "query_index" in found.column_names
+            else np.zeros(found.num_rows, dtype=np.int64)
+        )
+        found_rows = found["row"].to_numpy()
+        cosines = 1.0 - found["_distance"].to_numpy().astype(np.float32)
+        for q in range(len(queries)):
+            mine = np.flatnonzero(which == q)
+            order = mine[np.argsort(-cosines[mine], kind="stable")][:k]
+            scores[q, : len(order)], rows[q, : len(order)] = cosines[order], found_rows[order]
+        return scores, rows
+
+    def vectors(self) -> np.ndarray:
+        """The stored float32 unit rows in row order (every type keeps them: LanceDB's index is beside them)."""
+        table = self.index.to_arrow().select(["row", "vector"])
+        order = np.argsort(table["row"].to_numpy())
+        flat = table["vector"].combine_chunks().flatten().to_numpy()
+        return flat.reshape(-1, self.dim)[order]
+
+
+def _pyarrow() -> ModuleType:
+    import pyarrow  # a dependency of lancedb itself
+
+    return pyarrow
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]

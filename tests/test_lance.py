@@ -1,0 +1,160 @@
+"""LanceDB as a store: lance:TYPE index factories, built into a Lance table inside the index folder, read back
+through the manifest, served, damaged, evaluated."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from cone.cli import main
+from cone.data.loaders import load_beir
+from cone.encoders.registry import load_encoder
+from cone.errors import InputError
+from cone.indexing import store
+from cone.indexing.dense import build_dense
+from cone.indexing.factory import build_codes, for_store, parse_factory
+from cone.indexing.lance import FILES, TABLE
+from cone.indexing.manifest import read_manifest
+from cone.indexing.open import open_index
+from cone.service.app import create_app
+
+pytest.importorskip("lancedb")
+
+
+def unit_rows(n: int, d: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def tiny(shared_tiny_beir, tiny_checkpoints):
+    return load_encoder("baseline", tiny_checkpoints), load_beir(shared_tiny_beir, "tiny")
+
+
+def test_lance_types_parse_to_the_lancedb_store_and_store_maps_the_default():
+    assert parse_factory("lance:ivf_pq").factory == "lance:IVF_PQ"
+    assert parse_factory("lance:IVF_RQ").store == "lancedb" and parse_factory("PQ32").store == "faiss"
+    assert for_store("Flat", "lancedb") == "lance:FLAT" and for_store("lance:IVF_PQ", None) == "lance:IVF_PQ"
+    with pytest.raises(InputError, match="LanceDB index types are lance:FLAT"):
+        parse_factory("lance:HNSW")
+    with pytest.raises(InputError, match="'PQ32' is a faiss type, not one of --store lancedb"):
+        for_store("PQ32", "lancedb")
+
+
+def test_search_settings_a_type_does_not_take_and_untrainable_sizes_are_refused():
+    with pytest.raises(InputError, match="lance:FLAT takes no search parameters, not 'nprobes'"):
+        build_codes(unit_rows(50, 16), "lance:FLAT", "nprobes=4")
+    with pytest.raises(InputError, match="lance:IVF_PQ' on 100 vectors: .* needs at least 256 vectors"):
+        build_codes(unit_rows(100, 16), "lance:IVF_PQ")
+
+
+def test_ivf_pq_parameters_come_from_n_and_d_and_its_top_hits_are_close_to_exact(tmp_path):
+    vectors, queries = unit_rows(600, 64), unit_rows(20, 64, seed=1)
+    codes = build_codes(vectors, "lance:IVF_PQ", "refine_factor=50")
+    # sqrt(600) ~ 24 partitions, but LanceDB trains one per 256 vectors; d/8 sub-vectors of 8 dims.
+    assert codes.params | {"metric": "dot"} == {
+        "metric": "dot",
+        "num_partitions": 2,
+        "num_sub_vectors": 8,
+        "num_bits": 8,
+        "nprobes": 2,
+        "refine_factor": 50,
+    }
+    codes.write(tmp_path)
+    exact_scores, exact_rows = build_codes(vectors, "Flat").search(queries, 10)
+    scores, rows = codes.search(queries, 10)
+    # every probe and a deep refine: the refined top 10 is the exact one, with exact cosines
+    assert np.array_equal(rows, exact_rows)
+    np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
+    np.testing.assert_allclose(codes.vectors(), vectors)
+
+
+def test_lance_flat_ranks_like_faiss_flat(tiny, tmp_path):
+    encoder, dataset = tiny
+    faiss_folder = build_dense(encoder, dataset, tmp_path / "flat", "center", progress=False)
+    lance_folder = build_dense(encoder, dataset, tmp_path / "lance", "center", "lance:FLAT", progress=False)
+    queries = [dataset.queries[q] for q in sorted(dataset.queries)]
+    exact = open_index(faiss_folder, encoders={("baseline", "last", encoder.runtime): encoder})
+    found = open_index(lance_folder, encoders={("baseline", "last", encoder.runtime): encoder})
+    a, b = exact.search(queries, 40), found.search(queries, 40)
+    assert np.array_equal(a.rows, b.rows)
+    np.testing.assert_allclose(a.scores, b.scores, atol=1e-5)
+    np.testing.assert_allclose(found.doc_vectors(), exact.doc_vectors(), atol=1e-6)
+
+
+@pytest.mark.parametrize("factory", ["lance:FLAT", "lance:IVF_HNSW_SQ", "lance:IVF_RQ"])
+def test_a_lance_index_round_trips_through_the_manifest_and_the_service(factory, tiny, tiny_checkpoints, tmp_path):
+    encoder, dataset = tiny
+    folder = tmp_path / "served" / store.index_name("baseline", "none", factory=factory)
+    build_dense(encoder, dataset, folder, "none", factory, progress=False)
+    manifest = read_manifest(folder)
+    assert manifest.index_factory == factory and manifest.index_params["metric"] == "dot"
+    assert (folder / f"{TABLE}.lance").is_dir() and (folder / FILES).is_file()
+    assert ("nprobes" in manifest.index_params) == (factory != "lance:FLAT")
+    index = open_index(folder, tiny_checkpoints)
+    hits = index.search(["cell protein gene"], 5).hits(0)
+    assert len(hits) == 5 and len({h.doc_id for h in hits}) == 5
+    assert all(-1.01 <= h.score <= 1.01 for h in hits)  # cosines (RaBitQ's are estimates)
+    with TestClient(create_app(folder.parent, tiny_checkpoints, load_in_background=False)) as client:
+        body = client.get("/search", params={"model": folder.name, "q": "cell protein gene", "k": 5}).json()
+        assert client.get("/readyz").status_code == 200
+    assert [h["doc_id"] for h in body["hits"]] == [h.doc_id for h in hits]
+    np.testing.assert_allclose([h["score"] for h in body["hits"]], [h.score for h in hits], atol=1e-5)
+
+
+@pytest.mark.parametrize("damage", ["truncate data", "delete index"])
+def test_a_damaged_lance_table_is_unavailable_and_the_others_serve(damage, tiny, tiny_checkpoints, tmp_path):
+    encoder, dataset = tiny
+    build_dense(encoder, dataset, tmp_path / "baseline", progress=False)
+    damaged = build_dense(encoder, dataset, tmp_path / "baseline-lance", "none", "lance:IVF_HNSW_SQ", progress=False)
+    table = damaged / f"{TABLE}.lance"
+    if damage == "truncate data":
+        (file,) = (table / "data").glob("*.lance")
+        file.write_bytes(file.read_bytes()[:50])
+    else:
+        (file,) = (table / "_indices").glob("*/index.idx")
+        file.unlink()
+    with TestClient(create_app(tmp_path, tiny_checkpoints, load_in_background=False)) as client:
+        models = {m["name"]: m for m in client.get("/models").json()["models"]}
+        reason = models["baseline-lance"]["reason"]
+        assert not models["baseline-lance"]["available"] and "Lance table file" in reason
+        assert ("missing" in reason) == (damage == "delete index")
+        assert client.get("/search", params={"model": "baseline", "q": "cell"}).status_code == 200
+        assert client.get("/healthz").status_code == 200
+
+
+def test_the_eval_gives_lance_rows_against_faiss_flat(shared_tiny_beir, tiny_checkpoints, tmp_path):
+    argv = ["eval", "--models", "baseline", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir), "--no-sts"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--no-progress", "--json"]
+    assert main([*argv, "--store", "lancedb"]) == 0
+    rows = {r["factory"]: r for r in json.loads((tmp_path / "report.json").read_text())["results"]}
+    assert set(rows) == {"Flat", "lance:FLAT", "lance:IVF_PQ", "lance:IVF_HNSW_SQ", "lance:IVF_RQ"}
+    assert rows["lance:FLAT"]["metrics"]["recall_at_10_vs_flat"] == pytest.approx(1.0)
+    assert rows["lance:FLAT"]["metrics"]["ndcg_at_10"] == pytest.approx(rows["Flat"]["metrics"]["ndcg_at_10"])
+    assert 0 <= rows["lance:IVF_RQ"]["metrics"]["recall_at_10_vs_flat"] <= 1
+    # 40 documents cannot train an 8-bit product quantizer: that row says so, the others stand
+    assert not rows["lance:IVF_PQ"]["available"] and "at least 256 vectors" in rows["lance:IVF_PQ"]["reason"]
+
+
+def test_cone_index_store_lancedb_builds_lance_flat_and_refuses_a_faiss_type(tiny_beir, tiny_checkpoints, tmp_path):
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--store", "lancedb"]
+    assert main(argv) == 0
+    assert read_manifest(tmp_path / "baseline-lance_FLAT").index_factory == "lance:FLAT"
+    assert main([*argv, "--index-factory", "PQ32"]) == 2
+    assert main([*argv, "--index-factory", "lance:IVF_RQ", "--stream"]) == 2
+
+
+def test_cone_imports_no_lancedb_and_without_it_a_lance_index_says_how_to_install_it(tiny, tmp_path, monkeypatch):
+    script = "import sys, cone.cli.main, cone.indexing.open, cone.service.app; print('lancedb' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout.strip() == "False"
+    encoder, dataset = tiny
+    folder = build_dense(encoder, dataset, tmp_path / "lance", "none", "lance:FLAT", progress=False)
+    monkeypatch.setitem(sys.modules, "lancedb", None)  # import lancedb now raises ImportError
+    with pytest.raises(InputError, match=r"lancedb is not installed .*fix: pip install 'cone\[lancedb\]'"):
+        open_index(folder, encoders={("baseline", "last", encoder.runtime): encoder})
