@@ -37,7 +37,10 @@ SYNTHETIC = ("cone:", "rogue:")
 STAGE_ARRAYS = {"none": [], "center": ["mean"], "whiten": ["mean", "transform"], "abtt": ["mean", "directions"]}
 STAGE_ARRAYS |= {"standardize": ["mean", "inverse_std"]}
 STAGE_ARRAYS |= {"cone": ["shift"], "rogue": ["scale"]}
-HELP = "none, center, whiten, standardize, abtt:K, cone:C (0 <= C < 1), rogue:K:S, or stages joined by + (cone:0.99+whiten)"
+HELP = (
+    "none, center, whiten, standardize, abtt:K, cone:C (0 <= C < 1), rogue:K:S, or stages joined by + "
+    "(cone:0.99+whiten)"
+)
 
 
 def number(value: float) -> str:
