@@ -12,6 +12,7 @@ from cone.cli import main
 from cone.eval import doctor
 
 CLUSTERS, PER_CLUSTER, DIM = 150, 10, 64
+TYPES = ["Flat", "SQfp16", "SQ8", "BIN", "BIN+rescore:40", "HNSW32"]  # the PQ and IVF trainings cost the most
 
 
 def clustered(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -44,7 +45,7 @@ def offset_cone(x: np.ndarray, strength: float = 12.0) -> np.ndarray:
 @pytest.fixture(scope="module")
 def healthy():
     docs, queries, labels = clustered()
-    return doctor.checkup(doctor.Sample(docs, queries, "cluster centers"), target=0.9)
+    return doctor.checkup(doctor.Sample(docs, queries, "cluster centers"), target=0.9, types=TYPES)
 
 
 def test_a_healthy_space_is_told_to_change_nothing(healthy):
@@ -56,7 +57,9 @@ def test_a_healthy_space_is_told_to_change_nothing(healthy):
 
 def test_a_pure_offset_cone_is_named_and_centering_prescribed_for_a_cheaper_index(healthy):
     docs, queries, _ = clustered()
-    coned = doctor.checkup(doctor.Sample(offset_cone(docs), offset_cone(queries), "cluster centers"), target=0.9)
+    coned = doctor.checkup(
+        doctor.Sample(offset_cone(docs), offset_cone(queries), "cluster centers"), target=0.9, types=TYPES
+    )
     assert coned.diagnosis.findings == ["cone"] and coned.diagnosis.pair_cosine_mean > 0.9
     p = coned.prescription
     assert p is not None and p.repair != "none"
@@ -72,11 +75,13 @@ def test_rogue_dimensions_are_named_and_standardizing_prescribed_when_qrels_say_
     rogue = [5, 41]
     docs[:, rogue] *= 30
     queries[:, rogue] *= 30
-    without = doctor.checkup(doctor.Sample(docs, queries, "cluster centers"), target=0.9)
+    without = doctor.checkup(doctor.Sample(docs, queries, "cluster centers"), target=0.9, types=TYPES)
     assert "rogue dimensions" in without.diagnosis.findings and sorted(without.diagnosis.rogue_dims) == rogue
     # Without qrels a repair that changes the exact ranking is never prescribed: nothing says it is better.
     assert without.prescription is None or without.prescription.repair == "none"
-    judged = doctor.checkup(doctor.Sample(docs, queries, "cluster centers", cluster_ndcg(labels)), target=0.9)
+    judged = doctor.checkup(
+        doctor.Sample(docs, queries, "cluster centers", cluster_ndcg(labels)), target=0.9, types=TYPES
+    )
     standardize = next(r for r in judged.repairs if r.repair == "standardize")
     assert standardize.ndcg_delta > 0.3 and standardize.ndcg_p < 0.05
     assert judged.prescription is not None and judged.prescription.repair in ("standardize", "whiten")
