@@ -1,11 +1,12 @@
-"""Seconds and peak RSS of ``measure()`` on N x 256 float32, the current code against a baseline revision.
+"""Seconds and peak RSS of ``measure()`` on N x d float32, the current code against a baseline revision.
 
 The baseline is geometry/instruments.py as committed at ``--baseline`` (default: the last commit before the
 one-pass rewrite), read with ``git show`` and loaded as its own module, so both run in the same command.
 Every (size, implementation, repeat) runs in its own fresh subprocess, interleaved, so each peak RSS is its
 own and each ``measure()`` is cold (SigReg's noise floor not yet cached: one more SigReg call).
-Peak RSS is the process's high-water mark (ru_maxrss); the input matrix alone is N x 256 x 4 bytes.
-Usage: python benchmarks/geometry_bench.py [--sizes 10000 1000000] [--repeats 2] [--profile] [--json]
+Peak RSS is the process's high-water mark (ru_maxrss); the input matrix alone is N x d x 4 bytes.
+Usage: python benchmarks/geometry_bench.py [--shapes 10000x256 1000000x256 3x5000] [--repeats 2] [--profile]
+       [--blas-threads 1] [--no-baseline] [--json]
 """
 
 from __future__ import annotations
@@ -27,17 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-D = 256
 BASELINE = "3f4a745"  # geometry/instruments.py before the one-pass rewrite
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def gaussian_rows(n: int, seed: int = 0) -> np.ndarray:
-    out = np.empty((n, D), dtype=np.float32)
+def gaussian_rows(n: int, d: int, seed: int = 0) -> np.ndarray:
+    out = np.empty((n, d), dtype=np.float32)
     rng = np.random.default_rng(seed)
     for start in range(0, n, 65_536):
         stop = min(n, start + 65_536)
-        out[start:stop] = rng.standard_normal((stop - start, D), dtype=np.float32)
+        out[start:stop] = rng.standard_normal((stop - start, d), dtype=np.float32)
     out += 0.3  # a mild offset, so nothing is trivially zero; in place, so the input is the only big buffer
     return out
 
@@ -55,9 +55,9 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_one(n: int, path: str, profile: bool) -> dict:
+def run_one(n: int, d: int, path: str, profile: bool) -> dict:
     g = load_instruments(path)
-    x = gaussian_rows(n)
+    x = gaussian_rows(n, d)
     before = rss_mb()
     profiler = cProfile.Profile() if profile else None
     start = time.perf_counter()
@@ -67,7 +67,7 @@ def run_one(n: int, path: str, profile: bool) -> dict:
     if profiler:
         profiler.disable()
     seconds = time.perf_counter() - start
-    result = {"n": n, "d": D, "seconds": seconds, "rss_before_mb": before, "peak_rss_mb": rss_mb(), "values": values}
+    result = {"n": n, "d": d, "seconds": seconds, "rss_before_mb": before, "peak_rss_mb": rss_mb(), "values": values}
     if profiler:
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(8)
@@ -75,13 +75,18 @@ def run_one(n: int, path: str, profile: bool) -> dict:
     return result
 
 
-def child(n: int, path: str, profile: bool, blas_threads: int | None) -> dict:
-    cmd = [sys.executable, __file__, "--one", str(n), "--impl", path] + (["--profile"] if profile else [])
+def child(n: int, d: int, path: str, profile: bool, blas_threads: int | None) -> dict:
+    cmd = [sys.executable, __file__, "--one", f"{n}x{d}", "--impl", path] + (["--profile"] if profile else [])
     env = dict(os.environ)
     if blas_threads:  # read by OpenBLAS when numpy loads it, so it must be set before the child starts
         env.update({name: str(blas_threads) for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT, env=env)
     return json.loads(out.stdout)
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    n, d = (int(part) for part in text.lower().split("x"))
+    return n, d
 
 
 def cpu_name() -> str:
@@ -93,18 +98,20 @@ def cpu_name() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 1_000_000])
+    parser.add_argument("--shapes", nargs="+", default=["10000x256", "1000000x256"], help="N x d, as 3x5000")
     parser.add_argument("--repeats", type=int, default=2, help="fresh runs per size and implementation (default 2)")
     parser.add_argument("--baseline", default=BASELINE, help=f"git revision of the old code (default {BASELINE})")
     parser.add_argument("--profile", action="store_true", help="print each implementation's top cProfile rows")
     parser.add_argument("--blas-threads", type=int, help="OpenBLAS threads in the children (default: its own)")
+    parser.add_argument("--no-baseline", action="store_true", help="time the working tree only")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.one, args.impl, args.profile)))
+        print(json.dumps(run_one(*parse_shape(args.one), args.impl, args.profile)))
         return
+    shapes = [parse_shape(s) for s in args.shapes]
     show = ["git", "show", f"{args.baseline}:geometry/instruments.py"]
     old_source = subprocess.run(show, capture_output=True, text=True, check=True, cwd=ROOT).stdout
     load = [os.getloadavg()[0]]
@@ -112,28 +119,24 @@ def main() -> None:
         old_path = Path(tmp) / "instruments_baseline.py"
         old_path.write_text(old_source)
         impls = {f"old ({args.baseline})": str(old_path), "new (working tree)": str(ROOT / "geometry/instruments.py")}
-        runs: dict[tuple[int, str], list[dict]] = {}
-        for n in args.sizes:
+        if args.no_baseline:
+            del impls[f"old ({args.baseline})"]
+        runs: dict[tuple[int, int, str], list[dict]] = {}
+        for n, d in shapes:
             for repeat in range(args.repeats):
                 for name, path in impls.items():  # interleaved, so drift in machine load hits both alike
-                    run = child(n, path, args.profile and repeat == 0, args.blas_threads)
-                    runs.setdefault((n, name), []).append(run)
+                    run = child(n, d, path, args.profile and repeat == 0, args.blas_threads)
+                    runs.setdefault((n, d, name), []).append(run)
     load.append(os.getloadavg()[0])
     if args.json:
-        print(json.dumps([{"n": n, "impl": name, "runs": r} for (n, name), r in runs.items()], indent=2))
+        print(json.dumps([{"n": n, "d": d, "impl": name, "runs": r} for (n, d, name), r in runs.items()], indent=2))
         return
     threads = args.blas_threads or "default"
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, BLAS threads {threads}; {args.repeats} fresh process(es) each")
     print(f"1-minute load average: {load[0]:.1f} before the runs, {load[1]:.1f} after (other work competes above 0)")
-    for n in args.sizes:
-        old_name, new_name = impls
-        rows = {name: runs[(n, name)] for name in impls}
-        worst = max(
-            abs(new - old) / max(abs(old), 1e-300)
-            for old_run, new_run in zip(rows[old_name], rows[new_name], strict=True)
-            for old, new in ((old_run["values"][k], new_run["values"][k]) for k in old_run["values"])
-        )
-        print(f"\nN = {n:,} x {D} (input {n * D * 4 / 2**20:.0f} MB); largest relative change new vs old {worst:.1e}")
+    for n, d in shapes:
+        rows = {name: runs[(n, d, name)] for name in impls}
+        print(f"\nN = {n:,} x d = {d:,} (input {n * d * 4 / 2**20:.1f} MB)")
         medians = {}
         for name, r in rows.items():
             secs = [x["seconds"] for x in r]
@@ -143,10 +146,17 @@ def main() -> None:
                 f"peak RSS {max(x['peak_rss_mb'] for x in r):6.0f} MB "
                 f"(before measure() {max(x['rss_before_mb'] for x in r):.0f} MB)"
             )
-        print(f"  old / new time: {medians[old_name] / medians[new_name]:.1f}x")
+        if len(impls) == 2:
+            old_name, new_name = impls
+            worst = max(
+                abs(new - old) / max(abs(old), 1e-300)
+                for old_run, new_run in zip(rows[old_name], rows[new_name], strict=True)
+                for old, new in ((old_run["values"][k], new_run["values"][k]) for k in old_run["values"])
+            )
+            print(f"  old / new time: {medians[old_name] / medians[new_name]:.1f}x; largest value change {worst:.0e}")
         for name, r in rows.items():
             if "profile" in r[0]:
-                print(f"\n  cProfile, {name}, N = {n:,}:\n{r[0]['profile']}")
+                print(f"\n  cProfile, {name}, {n:,} x {d:,}:\n{r[0]['profile']}")
 
 
 if __name__ == "__main__":
