@@ -472,6 +472,12 @@ def mean_vector_ratio(x: object, stats: Moments | None = None) -> float:
     return float(np.linalg.norm(mean) / max(_norm_stats(scan.norms)[0], 1e-12))
 
 
+def _unit_in_place(rows: np.ndarray) -> np.ndarray:
+    """``unit_rows`` without its temporaries, on a float64 array the caller owns."""
+    rows /= np.maximum(np.sqrt(np.einsum("ij,ij->i", rows, rows)), 1e-12)[:, None]
+    return rows
+
+
 def _uniformity(x: np.ndarray, t: float, n_pairs: int, seed: int, wide: _Wide | None = None) -> Estimate:
     rng = np.random.default_rng(seed)
     n = x.shape[0]
@@ -494,9 +500,9 @@ def _uniformity(x: np.ndarray, t: float, n_pairs: int, seed: int, wide: _Wide | 
         step = min(PAIR_CHUNK, _chunk_rows(x.shape[1]))
         for start in range(0, n_pairs, step):
             pairs = slice(start, start + step)
-            a = unit_rows(x[i[pairs]].astype(np.float64))
-            b = unit_rows(x[j[pairs]].astype(np.float64))
-            sq[pairs] = ((a - b) ** 2).sum(axis=1)
+            a = _unit_in_place(x[i[pairs]].astype(np.float64))
+            a -= _unit_in_place(x[j[pairs]].astype(np.float64))
+            sq[pairs] = np.einsum("ij,ij->i", a, a)
     v = np.exp(-t * sq)
     m = v.mean()
     stderr = float(v.std(ddof=1) / np.sqrt(n_pairs) / max(m, 1e-300))
