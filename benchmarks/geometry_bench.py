@@ -1,88 +1,162 @@
-"""Seconds and peak RSS of every instrument on N x 256 float32 (N = 10k and 1M).
+"""Seconds and peak RSS of ``measure()`` on N x d float32, the current code against a baseline revision.
 
-Each size runs in its own subprocess so its peak RSS is its own.
-Usage: python benchmarks/geometry_bench.py [--sizes 10000 1000000] [--json]
+The baseline is geometry/instruments.py as committed at ``--baseline`` (default: the last commit before the
+one-pass rewrite), read with ``git show`` and loaded as its own module, so both run in the same command.
+Every (size, implementation, repeat) runs in its own fresh subprocess, interleaved, so each peak RSS is its
+own and each ``measure()`` is cold (SigReg's noise floor not yet cached: one more SigReg call).
+Peak RSS is the process's high-water mark (ru_maxrss); the input matrix alone is N x d x 4 bytes.
+Usage: python benchmarks/geometry_bench.py [--shapes 10000x256 1000000x256 3x5000] [--repeats 2] [--profile]
+       [--blas-threads 1] [--no-baseline] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import importlib.util
+import io
 import json
+import os
+import pstats
 import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
-D = 256
+BASELINE = "3f4a745"  # geometry/instruments.py before the one-pass rewrite
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def gaussian_rows(n: int, seed: int = 0) -> np.ndarray:
-    out = np.empty((n, D), dtype=np.float32)
+def gaussian_rows(n: int, d: int, seed: int = 0) -> np.ndarray:
+    out = np.empty((n, d), dtype=np.float32)
     rng = np.random.default_rng(seed)
     for start in range(0, n, 65_536):
         stop = min(n, start + 65_536)
-        out[start:stop] = rng.standard_normal((stop - start, D), dtype=np.float32)
-    return out + 0.3  # a mild offset, so nothing is trivially zero
+        out[start:stop] = rng.standard_normal((stop - start, d), dtype=np.float32)
+    out += 0.3  # a mild offset, so nothing is trivially zero; in place, so the input is the only big buffer
+    return out
 
 
-def run_one(n: int) -> dict:
-    from cone.geometry import instruments as g
+def load_instruments(path: str):
+    """geometry/instruments.py from ``path`` (the current file, or a baseline written out by ``git show``)."""
+    spec = importlib.util.spec_from_file_location("bench_instruments", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_instruments"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
 
-    x = gaussian_rows(n)
-    timings: dict[str, float] = {}
 
-    def timed(name, fn):
-        t = time.perf_counter()
-        value = fn()
-        timings[name] = time.perf_counter() - t
-        return value
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    stats = timed("moments (shared by the next three)", lambda: g.moments(x))
-    timed("anisotropy (exact)", lambda: g.anisotropy(x))
-    timed("decorrelation (exact)", lambda: g.decorrelation(x, stats))
-    timed("effective_rank (exact)", lambda: g.effective_rank(x, stats))
-    timed("top_pc_share (exact)", lambda: g.top_pc_share(x, stats))
-    timed(f"sigreg ({g.SIGREG_MAX_ROWS} rows sampled)", lambda: g.sigreg(x))
-    timed("sigreg_noise_floor", lambda: g.sigreg_noise_floor(n, D))
-    timed("row_norms", lambda: g.row_norms(x))
-    unif = timed(f"uniformity ({g.UNIFORMITY_PAIRS} pairs)", lambda: g.uniformity(x))
-    total = time.perf_counter()
-    g.measure(x)
-    timings["measure() end to end"] = time.perf_counter() - total
-    return {
-        "n": n,
-        "d": D,
-        "seconds": timings,
-        "uniformity_stderr": unif.stderr,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "input_mb": x.nbytes / 2**20,
-    }
+
+def run_one(n: int, d: int, path: str, profile: bool) -> dict:
+    g = load_instruments(path)
+    x = gaussian_rows(n, d)
+    before = rss_mb()
+    profiler = cProfile.Profile() if profile else None
+    start = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    values = g.measure(x)
+    if profiler:
+        profiler.disable()
+    seconds = time.perf_counter() - start
+    result = {"n": n, "d": d, "seconds": seconds, "rss_before_mb": before, "peak_rss_mb": rss_mb(), "values": values}
+    if profiler:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(8)
+        result["profile"] = out.getvalue()
+    return result
+
+
+def child(n: int, d: int, path: str, profile: bool, blas_threads: int | None) -> dict:
+    cmd = [sys.executable, __file__, "--one", f"{n}x{d}", "--impl", path] + (["--profile"] if profile else [])
+    env = dict(os.environ)
+    if blas_threads:  # read by OpenBLAS when numpy loads it, so it must be set before the child starts
+        env.update({name: str(blas_threads) for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+    return json.loads(out.stdout)
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    n, d = (int(part) for part in text.lower().split("x"))
+    return n, d
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 1_000_000])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", default=["10000x256", "1000000x256"], help="N x d, as 3x5000")
+    parser.add_argument("--repeats", type=int, default=2, help="fresh runs per size and implementation (default 2)")
+    parser.add_argument("--baseline", default=BASELINE, help=f"git revision of the old code (default {BASELINE})")
+    parser.add_argument("--profile", action="store_true", help="print each implementation's top cProfile rows")
+    parser.add_argument("--blas-threads", type=int, help="OpenBLAS threads in the children (default: its own)")
+    parser.add_argument("--no-baseline", action="store_true", help="time the working tree only")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--impl", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.one)))
+        print(json.dumps(run_one(*parse_shape(args.one), args.impl, args.profile)))
         return
-    results = []
-    for n in args.sizes:
-        out = subprocess.run([sys.executable, __file__, "--one", str(n)], capture_output=True, text=True, check=True)
-        results.append(json.loads(out.stdout))
+    shapes = [parse_shape(s) for s in args.shapes]
+    show = ["git", "show", f"{args.baseline}:geometry/instruments.py"]
+    old_source = subprocess.run(show, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as tmp:
+        old_path = Path(tmp) / "instruments_baseline.py"
+        old_path.write_text(old_source)
+        impls = {f"old ({args.baseline})": str(old_path), "new (working tree)": str(ROOT / "geometry/instruments.py")}
+        if args.no_baseline:
+            del impls[f"old ({args.baseline})"]
+        runs: dict[tuple[int, int, str], list[dict]] = {}
+        for n, d in shapes:
+            for repeat in range(args.repeats):
+                for name, path in impls.items():  # interleaved, so drift in machine load hits both alike
+                    run = child(n, d, path, args.profile and repeat == 0, args.blas_threads)
+                    runs.setdefault((n, d, name), []).append(run)
+    load.append(os.getloadavg()[0])
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps([{"n": n, "d": d, "impl": name, "runs": r} for (n, d, name), r in runs.items()], indent=2))
         return
-    for r in results:
-        print(
-            f"N = {r['n']:,} x d = {r['d']} float32 (input {r['input_mb']:.0f} MB), peak RSS {r['peak_rss_mb']:.0f} MB"
-        )
-        for name, sec in r["seconds"].items():
-            print(f"  {name:40s} {sec:8.2f} s")
+    threads = args.blas_threads or "default"
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, BLAS threads {threads}; {args.repeats} fresh process(es) each")
+    print(f"1-minute load average: {load[0]:.1f} before the runs, {load[1]:.1f} after (other work competes above 0)")
+    for n, d in shapes:
+        rows = {name: runs[(n, d, name)] for name in impls}
+        print(f"\nN = {n:,} x d = {d:,} (input {n * d * 4 / 2**20:.1f} MB)")
+        medians = {}
+        for name, r in rows.items():
+            secs = [x["seconds"] for x in r]
+            medians[name] = statistics.median(secs)
+            print(
+                f"  {name:22s} measure() {medians[name]:7.2f} s (runs {', '.join(f'{s:.2f}' for s in secs)}), "
+                f"peak RSS {max(x['peak_rss_mb'] for x in r):6.0f} MB "
+                f"(before measure() {max(x['rss_before_mb'] for x in r):.0f} MB)"
+            )
+        if len(impls) == 2:
+            old_name, new_name = impls
+            worst = max(
+                abs(new - old) / max(abs(old), 1e-300)
+                for old_run, new_run in zip(rows[old_name], rows[new_name], strict=True)
+                for old, new in ((old_run["values"][k], new_run["values"][k]) for k in old_run["values"])
+            )
+            print(f"  old / new time: {medians[old_name] / medians[new_name]:.1f}x; largest value change {worst:.0e}")
+        for name, r in rows.items():
+            if "profile" in r[0]:
+                print(f"\n  cProfile, {name}, {n:,} x {d:,}:\n{r[0]['profile']}")
 
 
 if __name__ == "__main__":
