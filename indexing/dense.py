@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,6 +240,7 @@ class DenseIndex:
     def __init__(self, folder: Path, encoder: Encoder, manifest: store.Manifest | None = None) -> None:
         self.folder = Path(folder)
         self.manifest = manifest or store.read_manifest(self.folder)
+        self._lists: tuple[int, int] | None = None  # a streamed index's lists file: descriptor, size at load
         self._check_encoder(encoder)
         try:
             self.faiss_index = self._read_faiss()
@@ -267,8 +269,39 @@ class DenseIndex:
             return faiss.read_index(path)
         if not (self.folder / IVF_DATA).is_file():
             raise DamagedIndex(f"{self.folder}: a streamed index without its lists ({IVF_DATA})")
+        # FAISS maps the lists file: one truncated under it would make a search touching a page past its new end
+        # a SIGBUS, fatal to the process. A descriptor held open sees that file (even renamed or unlinked), so
+        # each search first checks its size against the size at load (``_check_lists``).
+        lists = self.folder / IVF_DATA
+        fd = os.open(lists, os.O_RDONLY)
+        self._lists = (fd, os.fstat(fd).st_size)
+        self._lists_closer = weakref.finalize(self, os.close, fd)
         with native_stdout_silenced():  # FAISS says where it found the lists, with a C printf
-            return faiss.read_index(path, faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY)
+            index = faiss.read_index(path, faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY)
+        if os.stat(lists).st_ino != os.fstat(fd).st_ino:  # replaced between the two opens: not the file mapped
+            raise DamagedIndex(f"{self.folder}: {IVF_DATA} was replaced while the index was loading")
+        return index
+
+    def _check_lists(self) -> None:
+        """Refuse to search lists whose file changed size since the load: the mapping would fault."""
+        if self._lists is None:
+            return
+        fd, size = self._lists
+        try:
+            now = os.fstat(fd).st_size
+        except OSError as exc:  # closed (close()), or the file system failed
+            raise DamagedIndex(f"{self.folder / IVF_DATA}: unreadable ({exc.strerror})") from None
+        if now != size:
+            raise DamagedIndex(
+                f"{self.folder / IVF_DATA}: {now:,} bytes, {size:,} when loaded (changed under the index)"
+            )
+
+    def close(self) -> None:
+        """Close the document table and the lists file now; searching after it is a DamagedIndex."""
+        self.docs.close()
+        if self._lists is not None:
+            self._lists_closer()
+            self._lists = (-1, self._lists[1])
 
     def _check_params(self) -> None:
         """The fitted correction on disk must be the one the manifest names, array by array."""
@@ -309,6 +342,7 @@ class DenseIndex:
 
     def doc_vectors(self) -> np.ndarray:
         """The indexed (corrected, unit-norm) document vectors, in row order."""
+        self._check_lists()
         try:
             return self.faiss_index.reconstruct_n(0, self.faiss_index.ntotal)
         except RuntimeError:
@@ -319,5 +353,7 @@ class DenseIndex:
     def search(self, queries: Queries, k: int, progress: bool = False) -> SearchResult:
         """The top ``k`` documents of each query by cosine."""
         k = max(1, min(k, len(self.docs)))
-        scores, rows = self.faiss_index.search(self.embed(queries, progress), k)
+        vectors = self.embed(queries, progress)
+        self._check_lists()  # last, just before FAISS reads the lists
+        scores, rows = self.faiss_index.search(vectors, k)
         return SearchResult(scores, rows, self.docs)
