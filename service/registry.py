@@ -6,6 +6,7 @@ that already holds an entry finishes on it, the next request sees the new set.
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -159,7 +160,8 @@ class Registry:
 
         The old entries are not closed here: a request that took one before the swap finishes on it. Nothing
         refers back to an entry (no cycle), so the last request done with it frees it at once, its files closed
-        with it (DocTable's and DenseIndex's finalizers) and its mapped lists unmapped."""
+        with it (DocTable's and DenseIndex's finalizers) and its mapped lists unmapped; a collection after the swap
+        frees their encoders' own cycles."""
         with self._reload_lock:
             try:
                 if not self.folder.is_dir():
@@ -176,7 +178,11 @@ class Registry:
                 ) from None
             self.entries, self.notes = entries, notes  # one assignment: readers see the old set or the new one
             self.ready.set()
-            return entries
+        # The old entries are freed by now, unless a request still holds one. Their encoders may not be:
+        # sentence-transformers models (minilm, the fine-tuned LMs) hold reference cycles of their own, and
+        # only a collection frees those (with their weights); left to the GC's own schedule, reloads pile them up.
+        gc.collect()
+        return entries
 
 
 class FolderGone(ConeError):
