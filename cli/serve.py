@@ -5,14 +5,24 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from cone.cli.options import add_checkpoints_option, host, non_negative_float, port, positive_int
 from cone.errors import InputError
 from cone.service.batching import DEFAULT_BATCHING, DEFAULT_MAX_BATCH, DEFAULT_WINDOW_MS, BatchSettings
+from cone.service.connections import (
+    DEFAULT_REQUEST_TIMEOUT,
+    MAX_CONNECTIONS_ENV,
+    REQUEST_TIMEOUT_ENV,
+    accept_backlog,
+    default_max_connections,
+)
 from cone.service.schemas import MAX_BODY_BYTES
 
 MAX_BODY_ENV = "CONE_MAX_BODY_BYTES"
+T = TypeVar("T")
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 
 
@@ -46,6 +56,25 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=DEFAULT_MAX_BATCH,
         help=f"most searches in one batch; a full one runs at once; 1: no batching (default {DEFAULT_MAX_BATCH})",
     )
+    p.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=None,
+        help="seconds a connection has to send a whole request (after connecting, or after its previous answer); "
+        f"past it, 408 and closed (default ${REQUEST_TIMEOUT_ENV} or {DEFAULT_REQUEST_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=None,
+        help=f"connections held at once; one more is answered 503 and closed (default ${MAX_CONNECTIONS_ENV} or "
+        "a quarter of the process's open-file limit, at most 1,000)",
+    )
+    p.add_argument(
+        "--no-docs",
+        action="store_true",
+        help="do not serve /docs and /redoc (their pages load Swagger UI and ReDoc from a public CDN)",
+    )
     add_checkpoints_option(p)
     p.set_defaults(handler=run_serve)
 
@@ -75,6 +104,23 @@ def check_listen(host: str, port: int) -> None:
             raise InputError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
 
 
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _from_env(name: str, parse: Callable[[str], T], default: T) -> T:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return parse(text)
+    except argparse.ArgumentTypeError as exc:
+        raise InputError(f"${name}: {exc}") from None
+
+
 def body_limit_from_env() -> int:
     try:
         return positive_int(os.environ.get(MAX_BODY_ENV, str(MAX_BODY_BYTES)))
@@ -89,17 +135,25 @@ def serve(
     checkpoints: Path | None,
     max_body_bytes: int | None = None,
     batching: BatchSettings = DEFAULT_BATCHING,
+    request_timeout: float | None = None,
+    max_connections: int | None = None,
+    docs: bool = True,
 ) -> None:
     import uvicorn
 
     from cone.service.app import create_app
+    from cone.service.connections import guarded_protocol
 
     limit = max_body_bytes or body_limit_from_env()
+    timeout = request_timeout or _from_env(REQUEST_TIMEOUT_ENV, positive_float, DEFAULT_REQUEST_TIMEOUT)
+    connections = max_connections or _from_env(MAX_CONNECTIONS_ENV, positive_int, default_max_connections())
     check_listen(host, port)
-    print(f"cone: serving {indexes} at http://{host}:{port}/ (API docs: http://{host}:{port}/docs)", flush=True)
-    app = create_app(indexes, checkpoints, max_body_bytes=limit, batching=batching)
+    where = f" (API docs: http://{host}:{port}/docs)" if docs else ""
+    print(f"cone: serving {indexes} at http://{host}:{port}/{where}", flush=True)
+    app = create_app(indexes, checkpoints, max_body_bytes=limit, batching=batching, docs=docs)
+    http = guarded_protocol(timeout, connections)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.run(app, host=host, port=port, log_level="warning", http=http, backlog=accept_backlog())
     except SystemExit as exc:  # uvicorn's startup failure (exit 3): the port taken since check_listen, say
         if exc.code:
             raise InputError(f"the service could not start on {host}:{port} (uvicorn exit {exc.code})") from None
@@ -109,5 +163,15 @@ def run_serve(args: argparse.Namespace) -> int:
     if not args.indexes.is_dir():
         raise InputError(f"{args.indexes}: no such folder of indexes (build them with `cone index` or `cone demo`)")
     batching = BatchSettings(args.batch_window_ms, args.max_batch)
-    serve(args.indexes, args.host, args.port, args.checkpoints, args.max_body_bytes, batching)
+    serve(
+        args.indexes,
+        args.host,
+        args.port,
+        args.checkpoints,
+        args.max_body_bytes,
+        batching,
+        args.request_timeout,
+        args.max_connections,
+        docs=not args.no_docs,
+    )
     return 0

@@ -225,6 +225,11 @@ class DenseIndex:
         """The FAISS object (float or binary) behind the codes."""
         return self.codes.index
 
+    def close(self) -> None:
+        """Close the document table and the lists file now; searching after it is a DamagedIndex."""
+        self.docs.close()
+        self.codes.close()
+
     def _check_params(self) -> None:
         """The fitted correction on disk must be the one the manifest names, array by array."""
         shapes = {k: list(v.shape) for k, v in self.params.items()}

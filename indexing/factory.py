@@ -11,7 +11,9 @@ search (``IVF0``), scores nothing (``SQ0``), crashes the process (``HNSW1``) or 
 
 from __future__ import annotations
 
+import os
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -225,6 +227,49 @@ class FloatCodes:
     def params(self) -> dict[str, int | str | None]:
         return {}  # everything is in the factory string and the search parameters
 
+    def close(self) -> None:
+        """Nothing held beyond memory."""
+
+
+class OnDiskCodes(FloatCodes):
+    """A streamed build's IVF index, its inverted lists mapped from ``index.ivfdata``. A file truncated under a
+    mapping makes the next read past its new end a SIGBUS, fatal to the whole service: a descriptor held open sees
+    that file (even renamed or unlinked), so every read first checks its size against the size at load. (A
+    search already past the check when the file shrinks can still fault: the check narrows the window.)"""
+
+    def __init__(self, folder: Path) -> None:
+        lists = folder / IVF_DATA
+        self.lists = lists
+        self._fd = os.open(lists, os.O_RDONLY)
+        self._closer = weakref.finalize(self, os.close, self._fd)
+        self._size = os.fstat(self._fd).st_size
+        with native_stdout_silenced():  # FAISS says where it found the lists, with a C printf
+            flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
+            super().__init__(faiss.read_index(str(folder / INDEX_FILE), flags))
+        if os.stat(lists).st_ino != os.fstat(self._fd).st_ino:  # replaced between the two opens: not the file mapped
+            raise DamagedIndex(f"{folder}: {IVF_DATA} was replaced while the index was loading")
+
+    def _check(self) -> None:
+        try:
+            now = os.fstat(self._fd).st_size
+        except OSError as exc:  # closed (close()), or the file system failed
+            raise DamagedIndex(f"{self.lists}: unreadable ({exc.strerror})") from None
+        if now != self._size:
+            raise DamagedIndex(f"{self.lists}: {now:,} bytes, {self._size:,} when loaded (changed under the index)")
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        self._check()  # last, just before FAISS reads the lists
+        return super().search(queries, k)
+
+    def vectors(self) -> np.ndarray:
+        self._check()
+        return super().vectors()
+
+    def close(self) -> None:
+        """Close the lists file now; reading after it is a DamagedIndex."""
+        self._closer()
+        self._fd = -1
+
 
 def sign_codes(vectors: np.ndarray) -> np.ndarray:
     """One bit per coordinate (1 where > 0), packed 8 to a byte: sentence-transformers' own ``ubinary``."""
@@ -268,6 +313,9 @@ class BinaryCodes:
         if self.floats is None:
             raise InputError("a BIN index keeps only sign bits; BIN+rescore:R or Flat keep the vectors")
         return self.floats
+
+    def close(self) -> None:
+        """Nothing held beyond memory."""
 
     def write(self, folder: Path) -> None:
         faiss.write_index_binary(self.index, str(folder / BINARY_FILE))
@@ -325,9 +373,7 @@ def read_codes(
         elif not (folder / IVF_DATA).is_file():
             raise DamagedIndex(f"{folder}: a streamed index without its lists ({IVF_DATA})")
         else:
-            with native_stdout_silenced():  # FAISS says where it found the lists, with a C printf
-                flags = faiss.IO_FLAG_ONDISK_SAME_DIR | faiss.IO_FLAG_READ_ONLY
-                codes = FloatCodes(faiss.read_index(str(folder / INDEX_FILE), flags))
+            codes = OnDiskCodes(folder)
     except (RuntimeError, OSError, ValueError, EOFError) as exc:
         raise DamagedIndex(f"{folder}: corrupt index files ({str(exc).splitlines()[0][:160]})") from None
     expected = 8 * -(-dim // 8) if kind.binary else dim  # binary codes are whole bytes

@@ -249,6 +249,9 @@ class LanceCodes:
             scores[q, : len(order)], rows[q, : len(order)] = cosines[order], found_rows[order]
         return scores, rows
 
+    def close(self) -> None:
+        """The table's files are opened by LanceDB per read: nothing to close."""
+
     def vectors(self) -> np.ndarray:
         """The stored float32 unit rows in row order (every type keeps them: LanceDB's index is beside them)."""
         table = self.index.to_arrow().select(["row", "vector"])

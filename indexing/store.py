@@ -127,13 +127,14 @@ def _atomic_folder(target: Path) -> Iterator[Path]:
 
 class DocTable:
     """An index's documents in row order (id, title, the first characters of the text), read from disk a row at
-    a time through the table of line offsets: the memory it takes does not grow with the number of documents."""
+    a time through the table of line offsets (8 bytes a document, held in memory): the documents themselves are
+    never all in memory at once."""
 
     def __init__(self, file: Path, offsets: np.ndarray) -> None:
         self.file = file
         self._offsets = offsets  # row r is bytes offsets[r]:offsets[r + 1] of the file
         self._handle = file.open("rb")
-        weakref.finalize(self, self._handle.close)  # closed with the table (a reload replaces it)
+        self._closer = weakref.finalize(self, self._handle.close)  # closed with the table, or by close()
 
     def __len__(self) -> int:
         return len(self._offsets) - 1
@@ -143,9 +144,16 @@ class DocTable:
             raise IndexError(f"row {row} of a {len(self)}-document table")
         start, end = int(self._offsets[row]), int(self._offsets[row + 1])
         try:  # pread: no shared file position, so the service's threads can read at once
-            return _doc_record(os.pread(self._handle.fileno(), end - start, start))
+            line = os.pread(self._handle.fileno(), end - start, start)
+            if len(line) != end - start:  # the file shrank under the table (truncated, or rewritten in place)
+                raise ValueError(f"{len(line)} of its {end - start} bytes are left")
+            return _doc_record(line)
         except (OSError, ValueError) as exc:
             raise DamagedIndex(f"{self.file}: document row {row} is corrupt ({exc})") from None
+
+    def close(self) -> None:
+        """Close the file now (reading a row after it is a DamagedIndex); a table dropped unclosed closes too."""
+        self._closer()
 
     def doc_id(self, row: int) -> str:
         return self[row]["id"]
@@ -228,11 +236,12 @@ def _line_offsets(file: Path) -> np.ndarray:
 
 
 def read_docs(folder: Path, n_docs: int) -> DocTable:
-    """The table, memory-mapped; checked for its length and its ends here, each record when it is read."""
+    """The table: its offsets read, its records read when asked for; checked for its length and its ends here."""
     file, offsets_file = Path(folder) / DOCS, Path(folder) / OFFSETS
     try:
         size = file.stat().st_size
-        offsets = np.memmap(offsets_file, dtype="<u8", mode="r") if offsets_file.is_file() else _line_offsets(file)
+        # Read, not mapped: a mapped file truncated under a reader is a SIGBUS that kills the process.
+        offsets = np.fromfile(offsets_file, dtype="<u8") if offsets_file.is_file() else _line_offsets(file)
         with file.open("rb") as handle:
             _doc_record(handle.readline())
     except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 import hmac
+import json
 import os
 import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import StringConstraints
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cone import __version__
+from cone.errors import DamagedIndex
 from cone.indexing.postprocess import is_synthetic
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings
-from cone.service.limits import BodyLimit, short, validation_error
+from cone.service.limits import BodyLimit, json_response, one_line, short, validation_error
+from cone.service.middleware import HeadAsGet, SecurityHeaders, Utf8Query
 from cone.service.plots import histogram_png
-from cone.service.registry import Entry, Registry
+from cone.service.registry import Entry, FolderGone, Registry
 from cone.service.schemas import (
     MAX_BODY_BYTES,
     MAX_MODEL_CHARS,
@@ -49,7 +55,34 @@ ModelNames = Annotated[
     list[Annotated[str, StringConstraints(min_length=1, max_length=MAX_MODEL_CHARS)]] | None,
     Query(description="index names from GET /models, the parameter repeated (?model=a&model=b); default all"),
 ]
-router = APIRouter()
+
+
+def _json_int(digits: str) -> int | Decimal:
+    """A JSON integer; one past Python's int() digit limit (a 5,000-digit "k") as a Decimal, which no integer
+    field takes: a 422 naming the field, not the 400 "error parsing the body" that int() raising would give."""
+    return int(digits) if len(digits) <= 4000 else Decimal(digits)
+
+
+class JSONBodyRequest(Request):
+    async def json(self) -> object:
+        if not hasattr(self, "_json"):
+            self._json = json.loads(await self.body(), parse_int=_json_int)
+        return self._json
+
+
+class JSONBodyRoute(APIRoute):
+    """Routes whose JSON bodies are parsed by ``JSONBodyRequest``."""
+
+    def get_route_handler(self):  # noqa: ANN201 (Starlette's handler type)
+        handler = super().get_route_handler()
+
+        async def parse_with_int_bound(request: Request) -> Response:
+            return await handler(JSONBodyRequest(request.scope, request.receive))
+
+        return parse_with_int_bound
+
+
+router = APIRouter(route_class=JSONBodyRoute)
 
 
 def get_registry(request: Request) -> Registry:
@@ -65,7 +98,8 @@ RegistryDep = Annotated[Registry, Depends(get_registry)]
 def find_entry(registry: Registry, name: str, need_index: bool = True) -> Entry:
     entry = registry.entries.get(name)
     if entry is None:
-        raise HTTPException(404, f"unknown model {short(name)}; GET /models lists them: {', '.join(registry.entries)}")
+        names = ", ".join(short(n)[1:-1] for n in registry.entries)  # folder names are any text: quoted, one line
+        raise HTTPException(404, f"unknown model {short(name)}; GET /models lists them: {names}")
     if need_index and not entry.available:
         raise HTTPException(409, f"model {name!r} is unavailable: {entry.reason}")
     return entry
@@ -94,7 +128,10 @@ def info(entry: Entry) -> ModelInfo:
 
 
 def search_entry(entry: Entry, q: str, k: int) -> SearchResponse:
-    hits, spread = entry.search(q, k)
+    try:
+        hits, spread = entry.search(q, k)
+    except DamagedIndex:  # the entry marked itself unavailable, with the reason: the other indexes serve on
+        raise HTTPException(409, f"model {entry.name!r} is unavailable: {entry.reason}") from None
     return SearchResponse(
         model=entry.name,
         query=q,
@@ -145,11 +182,13 @@ def compare(
 ) -> CompareResponse:
     """The same query against the chosen available models (default every one), side by side."""
     entries = chosen_entries(registry, model)
+    results = []
+    for entry in entries:
+        if entry.available:
+            with suppress(HTTPException):  # damaged while served: then listed unavailable, with the reason
+                results.append(search_entry(entry, params.q, params.k))
     return CompareResponse(
-        query=params.q,
-        k=params.k,
-        results=[search_entry(e, params.q, params.k) for e in entries if e.available],
-        unavailable=[info(e) for e in entries if not e.available],
+        query=params.q, k=params.k, results=results, unavailable=[info(e) for e in entries if not e.available]
     )
 
 
@@ -206,13 +245,21 @@ def readyz(request: Request) -> Response:
 
 @router.post("/admin/reload", response_model=ReloadResponse, responses={401: {"model": ErrorResponse}, **ERRORS})
 def reload(request: Request, x_api_key: Annotated[str | None, Header()] = None) -> ReloadResponse:
-    """Re-read the index folder and swap the new set in atomically. Needs $CONE_ADMIN_KEY; off without it."""
-    expected = os.environ.get(ADMIN_KEY_ENV)
+    """Re-read the index folder and swap the new set in atomically. Needs $CONE_ADMIN_KEY; off without it.
+    A folder that went away (moved, replaced by a file) is a 503 and the indexes loaded before keep serving."""
+    expected = os.environb.get(ADMIN_KEY_ENV.encode())
     if not expected:
         raise HTTPException(404, f"admin reload is disabled (start the service with {ADMIN_KEY_ENV} set)")
-    if x_api_key is None or not hmac.compare_digest(x_api_key.encode(), expected.encode()):
+    # Bytes against bytes: the key as the environment holds it (UTF-8 on this system) and the header as sent.
+    # Starlette decodes headers as Latin-1, which gives the sent bytes back exactly; comparing its str's UTF-8
+    # would match a non-ASCII key only when it was sent Latin-1 encoded.
+    sent = None if x_api_key is None else x_api_key.encode("latin-1")
+    if sent is None or not hmac.compare_digest(sent, expected):
         raise HTTPException(401, "missing or wrong X-API-Key")
-    entries = request.app.state.registry.load()
+    try:
+        entries = request.app.state.registry.reload()
+    except FolderGone as exc:
+        raise HTTPException(503, str(exc)) from None
     return ReloadResponse(models=len(entries), available=sum(e.available for e in entries.values()))
 
 
@@ -221,14 +268,24 @@ def page() -> FileResponse:
     return FileResponse(PAGE, media_type="text/html")
 
 
+async def one_line_error(request: Request, exc: StarletteHTTPException) -> Response:
+    """Starlette's JSON error, its detail always one line (a reason may quote a folder's name or a file's text)."""
+    detail = one_line(exc.detail) if isinstance(exc.detail, str) else exc.detail
+    response = json_response({"detail": detail}, exc.status_code)
+    response.headers.update(exc.headers or {})
+    return response
+
+
 def create_app(
     indexes: Path,
     checkpoints: Path | None = None,
     load_in_background: bool = True,
     max_body_bytes: int = MAX_BODY_BYTES,
     batching: BatchSettings = DEFAULT_BATCHING,
+    docs: bool = True,
 ) -> FastAPI:
-    """The app over every index in ``indexes``; /readyz turns ready once they are loaded."""
+    """The app over every index in ``indexes``; /readyz turns ready once they are loaded. ``docs``: serve /docs
+    and /redoc (their scripts come from a public CDN)."""
     registry = Registry(indexes, checkpoints, batching)
 
     @asynccontextmanager
@@ -244,9 +301,15 @@ def create_app(
         version=__version__,
         description="Semantic search over every model's index, with the geometry that decides whether it works.",
         lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
     )
     app.state.registry = registry
     app.include_router(router)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, one_line_error)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(Utf8Query)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(SecurityHeaders, page=PAGE)  # the outermost: on every answer, the refusals included
     return app

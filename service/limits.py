@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -16,6 +17,15 @@ def short(value: object) -> str:
     """``repr`` of an input, cut to ECHO_CHARS: ASCII-safe (surrogates escaped), never the whole input back."""
     text = ascii(value)
     return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "..."
+
+
+LINE_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped (``\\n``): a refusal, or a reason read
+    from a file or a folder's name, is always one line of a log or a client's message."""
+    return LINE_BREAKS.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 def json_response(payload: object, status_code: int) -> Response:

@@ -14,7 +14,8 @@ def histogram_png(histograms: list[dict], small: bool = False) -> bytes:
     for h in histograms:
         counts = np.asarray(h["counts"], dtype=float)
         density = counts / max(counts.sum(), 1.0) / np.diff(h["edges"])
-        ax.stairs(density, h["edges"], label=h["name"], lw=1.5)
+        # An index's name is a folder's name: "$" escaped, or matplotlib reads "v$\\frac$" as (broken) mathtext.
+        ax.stairs(density, h["edges"], label=h["name"].replace("$", r"\$"), lw=1.5)
     ax.set_xlim(-1, 1)
     if small:
         ax.set_yticks([])

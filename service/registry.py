@@ -6,20 +6,23 @@ that already holds an entry finishes on it, the next request sees the new set.
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from cone.encoders.registry import MODEL_NAMES, missing
-from cone.errors import ConeError, ModelUnavailable
+from cone.errors import ConeError, DamagedIndex, ModelUnavailable
 from cone.indexing import store
 from cone.indexing.index import Index
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 from cone.indexing.open import open_index
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
+from cone.service.limits import one_line
 
 # The spread covers the whole corpus up to this size (all of SciFact); beyond it, a search with k = corpus size
 # would cost every query a full scan, so the spread is that of the highest-scoring SPREAD_DOCS documents.
@@ -37,30 +40,37 @@ class Entry:
     reason: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     batching: BatchSettings = DEFAULT_BATCHING
+    failed: bool = False  # set by ``fail``: the index broke while served; unavailable until a reload
 
     def __post_init__(self) -> None:
-        self._batcher = MicroBatcher(self._search_batch, self.lock, self.batching)
+        self.reason = self.reason and one_line(self.reason)
+        # The batcher runs a plain function of the index, never a method of this entry: an entry and its batcher
+        # referring to each other would be a cycle that only a full GC frees, and every reload would leave the
+        # old entries (their encoders, files and mapped lists) behind until then.
+        self._batcher = MicroBatcher(partial(_search_batch, self.index), self.lock, self.batching)
 
     @property
     def available(self) -> bool:
-        return self.index is not None
+        return self.index is not None and not self.failed
 
-    def _search_batch(self, requests: Sequence[tuple[str, int]]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """One encode and one FAISS call for every (query, k) of a batch: the scores and rows of its top
-        max(k, spread size), best first."""
-        depth = max(max(k for _, k in requests), min(len(self.index.docs), SPREAD_DOCS))
-        found = self.index.search([query for query, _ in requests], depth)
-        return [(found.scores[i], found.rows[i]) for i in range(len(requests))]
+    def fail(self, exc: DamagedIndex) -> None:
+        """Mark this index unavailable with the reason: its files were damaged under it (until a reload)."""
+        self.reason, self.failed = one_line(f"damaged while served: {exc}"), True
 
     def search(self, query: str, k: int) -> tuple[list[dict], dict[str, float]]:
-        """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns."""
-        scores, rows = self._batcher.submit((query, k))
-        found = rows >= 0  # FAISS pads with -1 where it found fewer (an empty IVF probe)
-        scores, rows = scores[found].astype(float), rows[found]
-        hits = [
-            {**self.index.docs[int(row)], "rank": rank, "score": float(score)}
-            for rank, (score, row) in enumerate(zip(scores[:k], rows[:k], strict=True), 1)
-        ]
+        """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns.
+        A DamagedIndex (a file changed under the index) marks the entry unavailable before it propagates."""
+        try:
+            scores, rows = self._batcher.submit((query, k))
+            found = rows >= 0  # FAISS pads with -1 where it found fewer (an empty IVF probe)
+            scores, rows = scores[found].astype(float), rows[found]
+            hits = [
+                {**self.index.docs[int(row)], "rank": rank, "score": float(score)}
+                for rank, (score, row) in enumerate(zip(scores[:k], rows[:k], strict=True), 1)
+            ]
+        except DamagedIndex as exc:
+            self.fail(exc)
+            raise
         spread_of = scores if len(scores) else np.zeros(1)
         spread = {
             "min": float(spread_of.min()),
@@ -69,6 +79,14 @@ class Entry:
             "n": len(scores),
         }
         return hits, spread
+
+
+def _search_batch(index: Index, requests: Sequence[tuple[str, int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One encode and one FAISS call for every (query, k) of a batch: the scores and rows of its top
+    max(k, spread size), best first."""
+    depth = max(max(k for _, k in requests), min(len(index.docs), SPREAD_DOCS))
+    found = index.search([query for query, _ in requests], depth)
+    return [(found.scores[i], found.rows[i]) for i in range(len(requests))]
 
 
 def _unavailable_model(name: str, folder: Path, checkpoints: Path | None) -> Entry:
@@ -130,11 +148,43 @@ class Registry:
         self._reload_lock = threading.Lock()
 
     def load(self) -> dict[str, Entry]:
+        """The first load: never raises; a folder that cannot be listed leaves the set as it was, with a note."""
+        try:
+            return self.reload()
+        except FolderGone as exc:
+            self.notes = [str(exc)]
+            return self.entries
+
+    def reload(self) -> dict[str, Entry]:
+        """Read the folder again and swap the new set in. A folder that is gone (moved away, replaced by a file) or
+        cannot be listed raises FolderGone and keeps the set that serves: an empty set would drop every index.
+
+        The old entries are not closed here: a request that took one before the swap finishes on it. Nothing
+        refers back to an entry (no cycle), so the last request done with it frees it at once, its files closed
+        with it (DocTable's and DenseIndex's finalizers) and its mapped lists unmapped; a collection after the swap
+        frees their encoders' own cycles."""
         with self._reload_lock:
             try:
-                entries, self.notes = load_entries(self.folder, self.checkpoints, self.batching)
-            except Exception as exc:  # the folder itself unreadable: keep what serves, say why, still be ready
-                entries, self.notes = self.entries, [f"{self.folder}: cannot list indexes ({exc})"]
-            self.entries = entries  # one assignment: readers see the old set or the new one, never a mix
+                if not self.folder.is_dir():
+                    raise FileNotFoundError(f"no folder of indexes at {self.folder}")
+                entries, notes = load_entries(self.folder, self.checkpoints, self.batching)
+            except Exception as exc:
+                self.ready.set()  # ready all the same: what serves (perhaps nothing yet) is known
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise FolderGone(
+                    one_line(
+                        f"{self.folder}: cannot list indexes ({why}); still serving the {len(self.entries)} "
+                        "loaded before"
+                    )
+                ) from None
+            self.entries, self.notes = entries, notes  # one assignment: readers see the old set or the new one
             self.ready.set()
-            return entries
+        # The old entries are freed by now, unless a request still holds one. Their encoders may not be:
+        # sentence-transformers models (minilm, the fine-tuned LMs) hold reference cycles of their own, and
+        # only a collection frees those (with their weights); left to the GC's own schedule, reloads pile them up.
+        gc.collect()
+        return entries
+
+
+class FolderGone(ConeError):
+    """The folder of indexes cannot be listed: a reload keeps what serves."""

@@ -44,6 +44,15 @@ class SearchQuery(BaseModel):
 class SearchRequest(SearchQuery):
     model: str = Field(min_length=1, max_length=MAX_MODEL_CHARS, description="an index name from GET /models")
 
+    @field_validator("k", mode="before")  # a query string's k is text by nature: SearchQuery's stays as it is
+    @classmethod
+    def json_integer(cls, value: object) -> object:
+        """In a JSON body, k is what the schema says, a JSON integer (2.0 is one, as JSON Schema counts): lax
+        validation would also take true as 1 and "3" as 3."""
+        if isinstance(value, bool | str):
+            raise ValueError(f"k must be a JSON integer, not a {'boolean' if isinstance(value, bool) else 'string'}")
+        return value
+
 
 class SearchHit(BaseModel):
     rank: int

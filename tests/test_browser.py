@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,15 @@ def served(shared_tiny_beir, tiny_checkpoints, tmp_path_factory):
     thread.join(10)
 
 
+def _wait_until(page, expression: str, timeout: float) -> None:
+    """Poll ``expression`` from here: Playwright's wait_for_function evals its string inside the page, which the
+    page's Content-Security-Policy forbids (as it should: the page runs only its own, hashed script)."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"not true after {timeout} s: {expression}"
+        time.sleep(0.05)
+
+
 def _loaded(page):
     """The page's image has arrived and decoded (a broken one has naturalWidth 0)."""
     return page.eval_on_selector("#overlay", "i => i.complete && i.naturalWidth > 0")
@@ -59,6 +69,8 @@ def test_chosen_indexes_get_columns_and_an_overlay_histogram(served):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1100, "height": 900})
+        refused = []  # what the Content-Security-Policy blocked: the page must need nothing it forbids
+        page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(m.text))
         page.goto(served + "/")
         page.wait_for_selector("#chooser input", timeout=30_000)
         groups = page.eval_on_selector_all("#chooser .group", "gs => gs.map(g => g.dataset.model)")
@@ -67,7 +79,7 @@ def test_chosen_indexes_get_columns_and_an_overlay_histogram(served):
         assert sorted(checked) == ["baseline", "bm25", "regularized"]  # the plain index of each model
         synthetic = page.locator("#chooser .group[data-model=baseline] label", has_text="whiten+cone:0.99")
         assert "(synthetic)" in synthetic.inner_text() and not synthetic.locator("input").is_checked()
-        page.wait_for_function("document.getElementById('overlay').naturalWidth > 0", timeout=30_000)
+        _wait_until(page, "document.getElementById('overlay').naturalWidth > 0", 30)
         assert "model=baseline" in page.get_attribute("#overlay", "src")
         assert "bm25" not in page.get_attribute("#overlay", "src")  # BM25 scores are not cosines
 
@@ -87,13 +99,14 @@ def test_chosen_indexes_get_columns_and_an_overlay_histogram(served):
         page.wait_for_selector(".column[data-model='baseline-whiten-cone0.99'] .hit", timeout=30_000)
         assert "(synthetic degradation)" in page.inner_text(".column[data-model='baseline-whiten-cone0.99'] h2")
         assert "model=baseline-whiten-cone0.99" in page.get_attribute("#overlay", "src")
-        page.wait_for_function("document.getElementById('overlay').complete", timeout=30_000)
+        _wait_until(page, "document.getElementById('overlay').complete", 30)
         assert _loaded(page)
         page.locator("#chooser input[value=bm25]").uncheck()
-        page.wait_for_function("!document.querySelector('.column[data-model=bm25]')", timeout=30_000)
+        _wait_until(page, "!document.querySelector('.column[data-model=bm25]')", 30)
 
         page.fill("#q", "   ")
         page.click("button[type=submit]")
-        page.wait_for_function("document.getElementById('error').textContent.length > 0", timeout=10_000)
+        _wait_until(page, "document.getElementById('error').textContent.length > 0", 10)
         assert "empty or whitespace" in page.inner_text("#error")
         browser.close()
+    assert refused == []

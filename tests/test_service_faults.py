@@ -1,0 +1,296 @@
+"""Faults that reach a running service (issue 33): a served file truncated under it, reloads that must not leak,
+idle connections, a reload of a folder that went away, and inputs the service must refuse or take the same way
+on every route. The server runs in a subprocess where a signal (SIGBUS) or a descriptor limit would show."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import weakref
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from cone.encoders.registry import load_encoder
+from cone.indexing.dense import IVF_DATA
+from cone.indexing.streaming import StreamOptions, build_dense_streaming
+from cone.service.app import ADMIN_KEY_ENV, create_app
+
+from local_service import free_port, wait_ready
+from tiny import build_tiny_indexes
+
+INDEX_FILES = ("manifest.json", "index.faiss", "postprocess.npz", "docs.jsonl", "docs.offsets")
+READ_WHILE_SERVING = ("docs.jsonl", IVF_DATA)  # read at each search; the other files are read once, at load
+
+
+@pytest.fixture(scope="module")
+def built(shared_tiny_beir, tiny_checkpoints, tmp_path_factory) -> Path:
+    """baseline, bm25 and 'stream' (a streamed IVF index whose inverted lists stay on disk, mapped by FAISS)."""
+    root = tmp_path_factory.mktemp("faults")
+    build_tiny_indexes(root, shared_tiny_beir, tiny_checkpoints, [("baseline", "none")])
+    options = StreamOptions(shard_size=7, sample_size=1000)
+    encoder = load_encoder("baseline", tiny_checkpoints)
+    build_dense_streaming(
+        encoder, shared_tiny_beir / "tiny", root / "stream", "none", "IVF4,Flat", "nprobe=4", options, progress=False
+    )
+    return root
+
+
+def get(url: str, timeout: float = 30) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def start_server(indexes: Path, checkpoints: Path, *extra: str, nofile: int | None = None) -> tuple:
+    port = free_port()
+    argv = [sys.executable, "-m", "cone", "serve", "--indexes", str(indexes), "--port", str(port)]
+    argv += ["--checkpoints", str(checkpoints), *extra]
+
+    def limit_descriptors() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=limit_descriptors
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, timeout=120)
+    except TimeoutError:
+        proc.kill()
+        raise AssertionError(proc.communicate(timeout=10)[0][-2000:]) from None
+    return proc, url, port
+
+
+def stop_server(proc: subprocess.Popen) -> str:
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=20)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[0]
+
+
+def test_a_file_truncated_under_the_service_fails_only_its_index(built, tiny_checkpoints, tmp_path):
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "baseline", root / "baseline")
+    shutil.copytree(built / "bm25", root / "bm25")
+    targets = {}  # index name -> the file of it that is truncated
+    for source, files in (("baseline", INDEX_FILES), ("stream", (*INDEX_FILES, IVF_DATA))):
+        for file in files:
+            name = f"{source}--{file.replace('.', '-')}"
+            shutil.copytree(built / source, root / name)
+            targets[name] = file
+    proc, url, _ = start_server(root, tiny_checkpoints)
+    try:
+        for name in ["baseline", "bm25", *targets]:
+            assert get(f"{url}/search?model={name}&q=cell+protein&k=10")[0] == 200, name
+        for name, file in targets.items():
+            os.truncate(root / name / file, 0)
+        for name, file in targets.items():
+            status, body = get(f"{url}/search?model={name}&q=cell+protein&k=10")
+            assert proc.poll() is None, (name, proc.returncode)  # the process is alive (no SIGBUS)
+            if file in READ_WHILE_SERVING:
+                assert status == 409 and file in body["detail"], (name, body)
+            else:  # read into memory at load: the index answers from what it read, until a reload
+                assert status == 200, (name, body)
+        models = {m["name"]: m for m in get(f"{url}/models")[1]["models"]}
+        for name, file in targets.items():
+            if file in READ_WHILE_SERVING:
+                assert not models[name]["available"] and file in models[name]["reason"], models[name]
+        assert get(f"{url}/healthz")[0] == 200
+        for good in ("baseline", "bm25"):
+            assert get(f"{url}/search?model={good}&q=cell+protein")[0] == 200
+    finally:
+        log = stop_server(proc)
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_document_table_damaged_while_served_is_a_json_409_and_the_index_unavailable(built, tiny_checkpoints):
+    root = Path(str(built) + "-bm25-damaged")
+    shutil.copytree(built, root)
+    with TestClient(create_app(root, tiny_checkpoints, load_in_background=False), raise_server_exceptions=False) as c:
+        assert c.get("/search", params={"model": "bm25", "q": "cell protein"}).status_code == 200
+        os.truncate(root / "bm25" / "docs.jsonl", 100)
+        for _ in range(2):  # the second request finds the index already marked unavailable
+            response = c.get("/search", params={"model": "bm25", "q": "cell protein", "k": 10})
+            assert response.status_code == 409 and response.headers["content-type"] == "application/json"
+            assert "bm25" in response.json()["detail"] and "docs.jsonl" in response.json()["detail"]
+        bm25 = {m["name"]: m for m in c.get("/models").json()["models"]}["bm25"]
+        assert not bm25["available"] and "docs.jsonl" in bm25["reason"]
+        compared = c.get("/compare", params={"q": "cell protein"}).json()
+        assert "bm25" in {m["name"] for m in compared["unavailable"]}
+        assert c.get("/search", params={"model": "baseline", "q": "cell protein"}).status_code == 200
+        assert c.get("/readyz").json()["available"] == 2  # baseline and stream
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_reloads_free_the_old_entries_and_their_files_without_a_gc(built, tiny_checkpoints, monkeypatch):
+    monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
+    with TestClient(create_app(built, tiny_checkpoints, load_in_background=False)) as client:
+        registry = client.app.state.registry
+
+        def reload_and_search() -> None:
+            assert client.post("/admin/reload", headers={"X-API-Key": "s3cret"}).status_code == 200
+            for name in ("baseline", "bm25", "stream"):
+                assert client.get("/search", params={"model": name, "q": "cell protein"}).status_code == 200
+
+        reload_and_search()
+        fds = _open_fds()
+        gc.collect()
+        gc.disable()  # the GC's own schedule may not free them: what a reload releases, it releases at once
+        try:
+            old = []
+            for _ in range(8):
+                old += [weakref.ref(e) for e in registry.entries.values()]
+                encoder = registry.entries["baseline"].index.encoder
+                encoder.cycle = encoder  # as sentence-transformers models have: freed only by a collection
+                old.append(weakref.ref(encoder))
+                del encoder
+                reload_and_search()
+            live = sum(ref() is not None for ref in old)
+            grown = _open_fds() - fds
+        finally:
+            gc.enable()
+    assert live == 0 and grown <= 0, (live, grown)
+
+
+def test_idle_connections_time_out_and_leave_descriptors_to_answer(built, tiny_checkpoints, tmp_path):
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / "bm25")
+    proc, url, port = start_server(root, tiny_checkpoints, "--request-timeout", "1", nofile=128)
+    idle = []
+    try:
+        for _ in range(150):  # connections that never send a request
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        time.sleep(1.0)  # the deadline
+        started, status = time.monotonic(), None
+        while status != 200 and time.monotonic() - started < 2:  # 503 while the connection bound is still full
+            try:
+                status = get(f"{url}/healthz", timeout=2 - (time.monotonic() - started))[0]
+            except OSError:
+                status = None
+        assert status == 200 and time.monotonic() - started < 2
+        for conn in idle:  # each was closed by the server (a 408, or a 503 past the connection bound)
+            conn.settimeout(5)
+            answer = b""
+            while chunk := conn.recv(4096):
+                answer += chunk
+            assert answer == b"" or answer.startswith((b"HTTP/1.1 408", b"HTTP/1.1 503")), answer[:100]
+    finally:
+        for conn in idle:
+            conn.close()
+        stop_server(proc)
+    assert proc.returncode is not None
+
+
+@pytest.mark.parametrize("how", ["moved", "a file"])
+def test_a_reload_of_a_folder_that_went_away_keeps_serving(built, tiny_checkpoints, tmp_path, monkeypatch, how):
+    root = tmp_path / "indexes"
+    shutil.copytree(built, root)
+    monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
+    with TestClient(create_app(root, tiny_checkpoints, load_in_background=False)) as client:
+        root.rename(tmp_path / "elsewhere")
+        if how == "a file":
+            root.write_text("not a folder")
+        response = client.post("/admin/reload", headers={"X-API-Key": "s3cret"})
+        assert response.status_code == 503 and str(root) in response.json()["detail"]
+        assert "still serving" in response.json()["detail"]
+        assert client.get("/search", params={"model": "baseline", "q": "cell"}).status_code == 200
+        assert client.get("/readyz").json()["available"] == 3
+
+
+@pytest.fixture(scope="module")
+def client(built, tiny_checkpoints, tmp_path_factory):
+    """Over the built indexes and a copy of baseline under a name matplotlib would read as mathtext."""
+    root = tmp_path_factory.mktemp("inputs")
+    shutil.copytree(built / "baseline", root / "baseline")
+    shutil.copytree(built / "baseline", root / "v$\\frac$")
+    with TestClient(create_app(root, tiny_checkpoints, load_in_background=False)) as c:
+        yield c
+
+
+def test_a_non_ascii_admin_key_is_compared_as_utf8_bytes(client, monkeypatch):
+    monkeypatch.setenv(ADMIN_KEY_ENV, "clé-ü")
+
+    def reload_with(key: bytes) -> int:  # the header's bytes as sent (the TestClient would re-encode them)
+        async def post() -> int:
+            transport = httpx.ASGITransport(app=client.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as raw:
+                return (await raw.post("/admin/reload", headers=[(b"x-api-key", key)])).status_code
+
+        return asyncio.run(post())
+
+    assert reload_with("clé-ü".encode()) == 200
+    assert reload_with("clé-ü".encode("latin-1")) == 401
+
+
+def test_an_index_name_with_dollars_draws_as_plain_text(client):
+    for params in ({}, {"model": "v$\\frac$"}, {"model": "v$\\frac$", "size": "small"}):
+        response = client.get("/histogram", params=params)
+        assert response.status_code == 200 and response.content[:4] == b"\x89PNG", response.text[:200]
+
+
+def test_text_that_is_not_unicode_is_a_422_by_get_as_by_post(client):
+    got = client.get("/search?model=baseline&q=cell%FF%FE")
+    assert got.status_code == 422 and "UTF-8" in got.text, got.text
+    assert client.get("/compare?q=%C3%A9t%C3%A9").status_code == 200  # valid UTF-8 is searched
+    posted = client.post(
+        "/search", content='{"model": "baseline", "q": "cell\\ud800"}', headers={"content-type": "application/json"}
+    )
+    assert posted.status_code == 422
+
+
+def test_head_is_allowed_where_get_is(client):
+    for path in ("/", "/healthz", "/readyz"):
+        response = client.head(path)
+        assert response.status_code == 200 and response.content == b"", path
+
+
+def test_every_answer_carries_the_security_headers(client):
+    for path in ("/", "/models", "/search?model=nope&q=x", "/docs"):
+        headers = client.get(path).headers
+        assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY", path
+        assert "frame-ancestors 'none'" in headers["content-security-policy"], path
+    page = client.get("/").headers["content-security-policy"]
+    assert "'unsafe-inline'" not in page and "script-src 'sha256-" in page and "style-src 'sha256-" in page
+
+
+@pytest.mark.parametrize("k", ["5" * 5000, "true", '"3"'])
+def test_k_in_a_body_is_a_bounded_json_integer(client, k):
+    body = '{"model": "baseline", "q": "cell", "k": ' + k + "}"
+    response = client.post("/search", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"][-1] == "k", response.text[:300]
+
+
+def test_refusals_are_one_line(built, tiny_checkpoints, tmp_path):
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "baseline", root / "baseline")
+    shutil.copytree(built / "baseline", root / "two\nlines")
+    (root / "two\nlines" / "index.faiss").write_bytes(b"not a faiss index")
+    with TestClient(create_app(root, tiny_checkpoints, load_in_background=False)) as c:
+        reason = {m["name"]: m for m in c.get("/models").json()["models"]}["two\nlines"]["reason"]
+        assert "corrupt index files" in reason and "\n" not in reason
+        unavailable = c.get("/search", params={"model": "two\nlines", "q": "cell"})
+        unknown = c.get("/search", params={"model": "nope", "q": "cell"})
+        assert unavailable.status_code == 409 and unknown.status_code == 404
+        for response in (unavailable, unknown):
+            assert "\n" not in response.json()["detail"], response.json()["detail"]
