@@ -24,7 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cone.encoders.registry import load_encoder
-from cone.indexing.dense import IVF_DATA
+from cone.indexing.factory import IVF_DATA
 from cone.indexing.streaming import StreamOptions, build_dense_streaming
 from cone.service.app import ADMIN_KEY_ENV, create_app
 
