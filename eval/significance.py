@@ -13,6 +13,7 @@ from scipy.stats import bootstrap, false_discovery_control, spearmanr
 
 from cone.encoders.base import Layer, layer_order
 from cone.eval.results import EvalResult
+from cone.indexing.postprocess import is_synthetic
 
 PERMUTATIONS = 10_000
 RESAMPLES = 1_000
@@ -73,7 +74,9 @@ def pairs(results: list[EvalResult]) -> list[tuple[EvalResult, EvalResult]]:
     """What the report compares: each row with its model's plain row (same runtime and layer, no
     post-processing, Flat); each layer's plain row with the model's next shallower one; the regularized LM with
     the baseline on the same layer, post-processing and factory; and a row run by ONNX / OpenVINO with the same
-    row run by torch (the quality cost of the faster runtime)."""
+    row run by torch (the quality cost of the faster runtime); and a repaired row (``cone:0.99+center``) with
+    the damaged row it repairs (``cone:0.99``, same factory) and with the healthy row of that factory (the model
+    with no post-processing, same factory): "improves" and "repairs" are two different claims."""
     rows = [r for r in results if r.available and r.samples is not None]
     plain = _plain(rows)
     own = [(plain.get((r.model, r.runtime, r.layer)), r) for r in rows]
@@ -87,6 +90,22 @@ def pairs(results: list[EvalResult]) -> list[tuple[EvalResult, EvalResult]]:
             found.append((r, other))
         if r.runtime != "torch" and (reference := key.get((r.model, "torch", r.layer, r.postprocess, r.factory))):
             found.append((reference, r))
+        found += [
+            pair for pair in _damage_and_repair(r, key) if pair[0] is not plain.get((r.model, r.runtime, r.layer))
+        ]
+    return found
+
+
+def _damage_and_repair(row: EvalResult, key: dict) -> list[tuple[EvalResult, EvalResult]]:
+    """(damaged, repaired) and (healthy, repaired) for a row whose post-processing ends in a repair stage after a
+    synthetic degradation (cone:C+center, rogue:K:S+whiten), when both other rows were measured."""
+    *damage, repair = row.postprocess.split("+")
+    if not damage or not is_synthetic("+".join(damage)) or is_synthetic(repair):
+        return []
+    found = []
+    for spec in ("+".join(damage), "none"):
+        if (other := key.get((row.model, row.runtime, row.layer, spec, row.factory))) is not None:
+            found.append((other, row))
     return found
 
 

@@ -194,3 +194,23 @@ def test_lm_layer_is_evaluated_through_its_own_index(shared_tiny_beir, tiny_chec
     emb, bm25 = results
     assert emb.layer == "emb" and emb.index == "baseline-layeremb" and emb.available
     assert bm25.layer == "last"
+
+
+def test_a_repaired_row_is_compared_with_the_damage_it_repairs_and_with_the_healthy_row():
+    from cone.eval.results import EvalResult, Samples
+    from cone.eval.significance import pairs
+
+    ndcg = Samples(np.linspace(0, 1, 5))
+    rows = {
+        (spec, factory): EvalResult(
+            "minilm", spec, f"{spec}-{factory}", "last", metrics={}, samples=ndcg, factory=factory
+        )
+        for spec in ("none", "cone:0.99", "cone:0.99+center", "center")
+        for factory in ("Flat", "PQ32")
+    }
+    found = {(a.postprocess, a.factory, b.postprocess, b.factory) for a, b in pairs(list(rows.values()))}
+    assert ("cone:0.99", "PQ32", "cone:0.99+center", "PQ32") in found  # damage -> repair
+    assert ("none", "PQ32", "cone:0.99+center", "PQ32") in found  # healthy -> repair, same factory
+    assert ("cone:0.99", "Flat", "cone:0.99+center", "Flat") in found
+    assert not any(b == "center" and a != "none" for a, _, b, _ in found)  # a plain repair repairs no damage
+    assert len(found) == len(pairs(list(rows.values())))  # each pair once
