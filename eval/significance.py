@@ -97,13 +97,16 @@ def pairs(results: list[EvalResult]) -> list[tuple[EvalResult, EvalResult]]:
 
 
 def _damage_and_repair(row: EvalResult, key: dict) -> list[tuple[EvalResult, EvalResult]]:
-    """(damaged, repaired) and (healthy, repaired) for a row whose post-processing ends in a repair stage after a
-    synthetic degradation (cone:C+center, rogue:K:S+whiten), when both other rows were measured."""
-    *damage, repair = row.postprocess.split("+")
-    if not damage or not is_synthetic("+".join(damage)) or is_synthetic(repair):
-        return []
+    """What a synthetic degradation costs each index type and what a repair gives back: (healthy, damaged) for a
+    degraded row (cone:C [PQ32] against [PQ32]); (damaged, repaired) and (healthy, repaired) for a row whose
+    post-processing ends in a repair stage after a degradation (cone:C+center), when the other rows were measured."""
+    if is_synthetic(row.postprocess) and not is_synthetic(row.postprocess.split("+")[-1]):
+        damage = row.postprocess.split("+")[:-1]
+        specs = ("+".join(damage), "none") if damage and is_synthetic("+".join(damage)) else ()
+    else:
+        specs = ("none",) if is_synthetic(row.postprocess) else ()
     found = []
-    for spec in ("+".join(damage), "none"):
+    for spec in specs:
         if (other := key.get((row.model, row.runtime, row.layer, spec, row.factory))) is not None:
             found.append((other, row))
     return found

@@ -212,5 +212,6 @@ def test_a_repaired_row_is_compared_with_the_damage_it_repairs_and_with_the_heal
     assert ("cone:0.99", "PQ32", "cone:0.99+center", "PQ32") in found  # damage -> repair
     assert ("none", "PQ32", "cone:0.99+center", "PQ32") in found  # healthy -> repair, same factory
     assert ("cone:0.99", "Flat", "cone:0.99+center", "Flat") in found
+    assert ("none", "PQ32", "cone:0.99", "PQ32") in found  # what the damage costs that index type
     assert not any(b == "center" and a != "none" for a, _, b, _ in found)  # a plain repair repairs no damage
     assert len(found) == len(pairs(list(rows.values())))  # each pair once
