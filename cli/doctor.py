@@ -25,6 +25,7 @@ from cone.errors import InputError
 from cone.eval import doctor
 from cone.eval.figures import doctor_figure
 from cone.indexing import postprocess as pp
+from cone.indexing.dense import corpus_vectors
 from cone.output import dump_json, table
 
 REPORT = "doctor.json"
@@ -101,7 +102,17 @@ def _sample(args: argparse.Namespace) -> doctor.Sample:
     def encode(texts: list[str]) -> np.ndarray:
         return encoder.encode(texts, progress=not args.no_progress)
 
-    return doctor.sample_corpus(documents, encode, args.sample, args.queries, dataset, args.seed)
+    doc_vectors = None
+    if dataset is not None and len(dataset.corpus) <= 2 * args.sample:
+        # A corpus near the sample's size is encoded whole, through the embedding cache the index and the eval
+        # share: a second checkup, or an index of the same corpus, encodes nothing again.
+        every = corpus_vectors(encoder, dataset, progress=not args.no_progress)
+        row = {doc_id: number for number, doc_id in enumerate(sorted(dataset.corpus))}
+
+        def doc_vectors(ids: list[str]) -> np.ndarray:
+            return every[[row[doc_id] for doc_id in ids]]
+
+    return doctor.sample_corpus(documents, encode, args.sample, args.queries, dataset, args.seed, doc_vectors)
 
 
 def _injected(sample: doctor.Sample, spec: str) -> doctor.Sample:

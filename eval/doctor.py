@@ -304,22 +304,23 @@ def sample_corpus(
     n_queries: int,
     dataset: RetrievalDataset | None = None,
     seed: int = 0,
+    doc_vectors: Callable[[list[str]], np.ndarray] | None = None,
 ) -> Sample:
     """Encode a sample of ``documents``. With a BEIR ``dataset``, its test queries are the queries and every
     document they judge relevant is in the sample (so nDCG@10 is measured on the sample); else held-out
-    documents are the queries."""
+    documents are the queries. ``doc_vectors``: ids -> their vectors, where the caller has them (a cache)."""
     rng = np.random.default_rng(seed)
     ids = sorted(documents)
+    doc_vectors = doc_vectors or (lambda chosen: encode([doc_text(documents[d]) for d in chosen]))
     if dataset is None or not dataset.qrels:
         picked = [ids[i] for i in rng.permutation(len(ids))[: n_docs + min(n_queries, len(ids) // 10)]]
-        vectors = encode([doc_text(documents[d]) for d in picked])
-        return split_vectors(vectors, n_docs, n_queries, seed)
+        return split_vectors(doc_vectors(picked), n_docs, n_queries, seed)
     judged = sorted({d for rel in dataset.qrels.values() for d, g in rel.items() if g > 0 and d in documents})
     others = [d for d in ids if d not in set(judged)]
     extra = [others[i] for i in rng.permutation(len(others))[: max(0, n_docs - len(judged))]]
     picked = sorted(judged + extra)
     query_ids = sorted(dataset.qrels)[:n_queries]
-    docs = encode([doc_text(documents[d]) for d in picked])
+    docs = doc_vectors(picked)
     queries = encode([dataset.queries[q] for q in query_ids])
     qrels = {q: dataset.qrels[q] for q in query_ids}
 
