@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import lance
+from cone.indexing.guard import DISK_ERRORS
 from cone.indexing.lance import LanceCodes
 from cone.output import native_stdout_silenced
 
@@ -201,6 +203,19 @@ def train_faiss(index: faiss.Index, sample: np.ndarray, factory: str) -> None:
         raise InputError(f"--index-factory {factory!r} on {len(sample):,} vectors: {reason}") from None
 
 
+def write_faiss(write: Callable[[object, str], None], index: object, path: Path) -> None:
+    """``faiss.write_index`` (or its binary twin) to ``path``; FAISS reports a failed write as a RuntimeError with
+    the system's words in it ("... (No space left on device)"): that is the disk's refusal, an OSError again, so
+    the build says it in one line (cone.indexing.guard)."""
+    try:
+        write(index, str(path))
+    except RuntimeError as exc:
+        refused = next((code for code in DISK_ERRORS if f"({os.strerror(code)})" in str(exc)), None)
+        if refused is None:
+            raise
+        raise OSError(refused, os.strerror(refused), str(path)) from None
+
+
 class FloatCodes:
     """A FAISS float index: exact (Flat) or approximate and compressed (SQ, PQ, HNSW, IVF, RaBitQ)."""
 
@@ -221,7 +236,7 @@ class FloatCodes:
             raise InputError("this FAISS index type cannot return its vectors; use a Flat index") from None
 
     def write(self, folder: Path) -> None:
-        faiss.write_index(self.index, str(folder / INDEX_FILE))
+        write_faiss(faiss.write_index, self.index, folder / INDEX_FILE)
 
     @property
     def params(self) -> dict[str, int | str | None]:
@@ -318,7 +333,7 @@ class BinaryCodes:
         """Nothing held beyond memory."""
 
     def write(self, folder: Path) -> None:
-        faiss.write_index_binary(self.index, str(folder / BINARY_FILE))
+        write_faiss(faiss.write_index_binary, self.index, folder / BINARY_FILE)
         if self.floats is not None:
             np.save(folder / RESCORE_FILE, self.floats)
 

@@ -26,7 +26,15 @@ from cone.geometry import unit_rows
 from cone.indexing import postprocess as pp
 from cone.indexing import store
 from cone.indexing.dense import PARAMS_FILE, CorpusIdentity, correct_vectors, dense_manifest
-from cone.indexing.factory import INDEX_FILE, IVF_DATA, make_faiss, parse_factory, set_search_params, train_faiss
+from cone.indexing.factory import (
+    INDEX_FILE,
+    IVF_DATA,
+    make_faiss,
+    parse_factory,
+    set_search_params,
+    train_faiss,
+    write_faiss,
+)
 from cone.output import native_stdout_silenced
 
 SHARDS = "shards"  # scratch folder of the build: raw vectors and per-shard inverted lists, removed at the end
@@ -152,7 +160,7 @@ def _fill_on_disk(index: faiss.Index, shards: list[Path], params: dict, out: Pat
         part = faiss.clone_index(index)
         part.add_with_ids(vectors, np.arange(start, start + len(vectors), dtype=np.int64))
         parts.append(str(path.with_name(f"ivf-{number:05d}.index")))
-        faiss.write_index(part, parts[-1])
+        write_faiss(faiss.write_index, part, Path(parts[-1]))
         start += len(vectors)
         bar.update(len(vectors))
         del part
@@ -209,7 +217,7 @@ def build_dense_streaming(
             _fill_on_disk(index, writer.shards, corrected.params, folder.path, bar)
         _point_lists_at(index, out)
         set_search_params(index, search_params)
-        faiss.write_index(index, str(folder.path / INDEX_FILE))
+        write_faiss(faiss.write_index, index, folder.path / INDEX_FILE)
         shutil.rmtree(scratch)
         np.savez(folder.path / PARAMS_FILE, **corrected.params)
         identity = CorpusIdentity(dataset.name, writer.fingerprint.hexdigest(), n_docs)

@@ -345,3 +345,26 @@ def test_the_embedding_cache_on_a_full_disk_is_one_line_and_leaves_no_partial(
 def test_st_naming_a_language_model_checkpoint_is_one_line(shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
     argv = _index(shared_tiny_beir, tmp_path, "--model", f"st:{tiny_checkpoints / 'baseline'}")
     assert "language-model checkpoint" in refused(argv, capsys)
+
+
+def test_faiss_failing_to_write_on_a_full_disk_is_one_line_and_the_old_index_stays(
+    tiny_beir, tiny_checkpoints, tmp_path, capsys, monkeypatch
+):
+    """FAISS says a failed write in a RuntimeError (the words are FAISS's own, measured on a full 64 kB tmpfs)."""
+    import faiss
+
+    argv = _index(tiny_beir, tmp_path, "--model", "baseline", "--checkpoints", str(tiny_checkpoints))
+    assert main(argv) == 0
+    before = (tmp_path / "baseline" / "index.faiss").read_bytes()
+
+    def full(index, path):
+        raise RuntimeError(
+            "Error in void faiss::write_index(const Index*, IOWriter*, int) at index_write.cpp:499: Error: "
+            f"'ret == (size * 4)' failed: write error in {path}: 65491 != 1024000 (No space left on device)"
+        )
+
+    monkeypatch.setattr(faiss, "write_index", full)
+    err = refused(argv, capsys)
+    assert "No space left on device" in err and str(tmp_path / "baseline") in err
+    assert (tmp_path / "baseline" / "index.faiss").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
