@@ -168,7 +168,7 @@ def write_figures(out: Path, results: list[EvalResult]) -> list[Path]:
 def doctor_figure(trials: list, target: float, path: Path) -> None:
     """``cone doctor``'s trade-off: recall@10 against bytes per vector, one marker per repair, each type named
     once (on the no-repair point), the target as a line."""
-    fig = Figure(figsize=(8, 4.8))
+    fig = Figure(figsize=(9.5, 4.8))
     ax = fig.subplots()
     markers = "os^Dv<>ph"
     for number, repair in enumerate(dict.fromkeys(t.repair for t in trials)):
@@ -194,6 +194,6 @@ def doctor_figure(trials: list, target: float, path: Path) -> None:
         ylim=(-0.02, 1.02),
         title="What each index type keeps of exact search, as is and repaired",
     )
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: no point or label hidden
     fig.tight_layout()
     fig.savefig(path, dpi=110)
