@@ -11,6 +11,7 @@ from matplotlib.figure import Figure  # the object API: no GUI backend, safe in 
 from cone.encoders.base import layer_order
 from cone.eval.results import EvalResult, headline_sts_key
 from cone.geometry import INSTRUMENTS
+from cone.indexing.postprocess import is_synthetic
 
 FIGURES = "figures"
 BINS = np.linspace(-1.0, 1.0, 201)
@@ -74,40 +75,71 @@ def _cone_x_inverse(x: np.ndarray) -> np.ndarray:
     return 1.0 - 10.0 ** (-np.asarray(x, dtype=float))
 
 
+def _degraded_only(spec: str) -> bool:
+    """A point on a model's cone curve: its plain space, or a synthetic degradation with no repair after it."""
+    return spec == "none" or all(is_synthetic(stage) for stage in spec.split("+"))
+
+
 def _cone_map(results: list[EvalResult], path: Path) -> None:
-    """Each measured space at (random doc-pair mean cosine, nDCG@10), and (same, threshold F1)."""
-    fig = Figure(figsize=(11, 4.4))
+    """Each measured space at (random doc-pair mean cosine, nDCG@10), and (same, threshold F1). Every index type has
+    its own colour and marker; a model's plain and degraded rows of one type are joined by a line, in cone order;
+    a repaired row (cone:0.99+center) stands alone, outlined in black and labelled."""
+    fig = Figure(figsize=(13, 4.8))
     retrieval, threshold = fig.subplots(1, 2, sharex=True)
     factories = list(dict.fromkeys(r.factory for r in results))
-    models = list(dict.fromkeys(r.model for r in results))
-    markers = "os^Dvp*hX"
-    for r in results:
-        color = f"C{factories.index(r.factory) % 10}"
-        style = {"marker": markers[models.index(r.model) % len(markers)], "color": color, "s": 30}
-        style |= {"facecolors": "none"} if r.synthetic else {}
-        x = r.metrics["doc_pair_cos_mean"]
-        retrieval.scatter([x], [r.metrics["ndcg_at_10"]], **style)
-        if r.metrics.get("threshold_f1") is not None:
-            threshold.scatter([x], [r.metrics["threshold_f1"]], **style)
-            name = r.postprocess if r.layer == "last" else f"[{r.layer}] {r.postprocess}"
-            threshold.annotate(
-                name, (x, r.metrics["threshold_f1"]), fontsize=6, alpha=0.7, xytext=(3, 2), textcoords="offset points"
+    markers = "osD^vPX*h<>p"
+
+    def style(factory: str) -> dict:
+        number = factories.index(factory)
+        return {"color": f"C{number % 10}", "marker": markers[number % len(markers)]}
+
+    for model in dict.fromkeys(r.model for r in results):
+        for factory in factories:
+            mine = [r for r in results if r.model == model and r.factory == factory and r.layer == "last"]
+            curve = sorted(
+                (r for r in mine if _degraded_only(r.postprocess)), key=lambda r: r.metrics["doc_pair_cos_mean"]
             )
+            x = [r.metrics["doc_pair_cos_mean"] for r in curve]
+            retrieval.plot(x, [r.metrics["ndcg_at_10"] for r in curve], lw=1, ms=6, alpha=0.85, **style(factory))
+    for r in results:
+        x = r.metrics["doc_pair_cos_mean"]
+        if r.layer != "last" or not _degraded_only(r.postprocess):
+            retrieval.scatter([x], [r.metrics["ndcg_at_10"]], s=40, edgecolors="k", linewidths=0.8, **style(r.factory))
+            if r.factory == "Flat":
+                retrieval.annotate(
+                    r.postprocess,
+                    (x, r.metrics["ndcg_at_10"]),
+                    fontsize=6,
+                    alpha=0.8,
+                    xytext=(4, -8),
+                    textcoords="offset points",
+                )
+        if r.metrics.get("threshold_f1") is not None:
+            threshold.scatter([x], [r.metrics["threshold_f1"]], s=30, **style(r.factory))
+    flat = sorted(
+        (r for r in results if r.metrics.get("threshold_f1") is not None), key=lambda r: r.metrics["doc_pair_cos_mean"]
+    )
+    for number, r in enumerate(flat):  # alternate above and below: neighbours' labels do not pile up
+        name = r.postprocess if r.layer == "last" else f"[{r.layer}] {r.postprocess}"
+        threshold.annotate(
+            name,
+            (r.metrics["doc_pair_cos_mean"], r.metrics["threshold_f1"]),
+            fontsize=6,
+            alpha=0.8,
+            xytext=(3, 6 if number % 2 else -10),
+            textcoords="offset points",
+        )
     for ax, what in ((retrieval, "nDCG@10"), (threshold, "best global threshold's F1 (exact index)")):
         ax.set_xscale("function", functions=(_cone_x, _cone_x_inverse))
         ax.set_xticks(_CONE_TICKS, [f"{t:g}" for t in _CONE_TICKS])
         ax.set(xlabel="mean cosine of random document pairs (the cone)", ylabel=what, ylim=(0, None))
         ax.grid(alpha=0.3)
-    handles = [retrieval.scatter([], [], color=f"C{i % 10}", marker="o", label=f) for i, f in enumerate(factories)]
-    handles += [
-        retrieval.scatter([], [], color="grey", marker=markers[i % len(markers)], label=m) for i, m in enumerate(models)
-    ]
-    if any(r.synthetic for r in results):
-        handles.append(retrieval.scatter([], [], color="grey", facecolors="none", label="synthetic degradation"))
-    retrieval.legend(handles=handles, fontsize=7, loc="lower left")
+    handles = [retrieval.plot([], [], lw=1, label=f, **style(f))[0] for f in factories]
+    handles.append(retrieval.scatter([], [], color="w", edgecolors="k", label="repaired or corrected row"))
+    fig.legend(handles=handles, fontsize=7, loc="center right", title="index type", title_fontsize=8)
     retrieval.set_title("Where retrieval breaks as the cone tightens")
     threshold.set_title("Where a similarity threshold stops separating")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
     fig.savefig(path, dpi=110)
 
 
