@@ -41,6 +41,7 @@ def unit_rows(n: int, d: int, seed: int = 0, offset: float = 0.0) -> np.ndarray:
         ("SQ5", "scalar quantizers have 4, 6, 8 bits"),
         ("HNSW0", "'HNSW0' has a count of 0"),
         ("HNSW1", "HNSW needs a degree of at least 2"),
+        ("NSG0,Flat", "'NSG0' has a count of 0"),
         ("NSG4,Flat", "NSG needs a degree of at least 8"),
         ("BIN+rescore:0", "rescoring depth R must be at least 1"),
         ("IVF4,BIN", "1-bit codes are BIN or BIN.rescore:R, alone"),
