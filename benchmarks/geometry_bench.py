@@ -64,6 +64,7 @@ def run_one(n: int, d: int, path: str, profile: bool) -> dict:
     if profiler:
         profiler.enable()
     values = g.measure(x)
+    values = values.model_dump() if hasattr(values, "model_dump") else values  # the baseline returned a dict
     if profiler:
         profiler.disable()
     seconds = time.perf_counter() - start

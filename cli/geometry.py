@@ -116,7 +116,7 @@ def instrument_table(values: dict) -> str:
 
 
 def run_vectors(args: argparse.Namespace) -> int:
-    values = measure(load_matrix(args.file))
+    values = measure(load_matrix(args.file)).model_dump(exclude_none=True)
     print(dump_json(values) if args.json else instrument_table(values))
     return 0
 

@@ -167,7 +167,7 @@ def _make_logger(model, module: GPTTokenEmbeddings, root: Path, cfg: FinetuneCon
                 "train_loss": float(logs["loss"]) if "loss" in logs else None,  # mean over the last eval_steps
                 "lr": logs.get("learning_rate"),
                 "sts_dev_spearman": float(spearmanr(cos, gold).statistic),
-                **measure(np.concatenate([a, b])),
+                **measure(np.concatenate([a, b])).model_dump(exclude_none=True),
                 "elapsed_s": time.perf_counter() - started,
             }
             log_file.write(json.dumps(record) + "\n")

@@ -130,7 +130,7 @@ class Checkup:
 
 def diagnose(vectors: np.ndarray) -> Diagnosis:
     """The instruments on the raw vectors, and what they name."""
-    geometry = Geometry(**measure(vectors))
+    geometry = measure(vectors)
     pairs = spread(pair_cosines(vectors))
     variance = np.asarray(vectors, dtype=np.float64).var(axis=0)
     shares = variance / variance.sum()

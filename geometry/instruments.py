@@ -18,6 +18,7 @@ from functools import lru_cache
 import numpy as np
 
 from cone.errors import InputError
+from cone.geometry.summary import Geometry
 
 # The four instruments of the mission, each blind to a failure another one sees.
 INSTRUMENTS = ("anisotropy", "decorrelation", "effective_rank", "sigreg")
@@ -520,8 +521,8 @@ def uniformity(x: object, t: float = 2.0, n_pairs: int = UNIFORMITY_PAIRS, seed:
     return _uniformity(x, t, n_pairs, seed, wide)
 
 
-def measure(x: object, with_centered: bool = False) -> dict[str, float]:
-    """Every instrument on one matrix, as a flat dict of floats. Refuses all-zero or overflowing rows, which
+def measure(x: object, with_centered: bool = False) -> Geometry:
+    """Every instrument on one matrix, as a typed record (``Geometry``). Refuses all-zero or overflowing rows, which
     would make the cosine instruments meaningless.
 
     One float64 pass over the rows serves anisotropy, the row norms, the mean and (N >= d) the covariance;
@@ -562,4 +563,4 @@ def measure(x: object, with_centered: bool = False) -> dict[str, float]:
     }
     if with_centered:
         result["sigreg_centered"] = sigreg_centered(x)
-    return result
+    return Geometry(**result)

@@ -70,5 +70,7 @@ def synthetic_report(n: int = 4096, d: int = 256, seed: int = 0) -> dict:
         raise InputError("--n and --d must both be at least 2")
     return {
         "noise_floor": sigreg_noise_floor(n, d),
-        "distributions": {name: measure(sample(name, n, d, seed), with_centered=True) for name in DISTRIBUTIONS},
+        "distributions": {
+            name: measure(sample(name, n, d, seed), with_centered=True).model_dump() for name in DISTRIBUTIONS
+        },
     }

@@ -118,7 +118,7 @@ def correct_vectors(raw: np.ndarray, postprocess: str) -> CorrectedCorpus:
     params = pp.fit(raw, postprocess)
     corrected = pp.apply(raw, params)
     vectors = unit_rows(corrected)
-    geometry_raw, geometry = Geometry(**measure(raw)), Geometry(**measure(corrected))
+    geometry_raw, geometry = measure(raw), measure(corrected)
     return CorrectedCorpus(postprocess, params, vectors, geometry_raw, geometry, random_pair_summary(vectors))
 
 

@@ -143,7 +143,7 @@ def checkpoint_analysis(path: Path, data_root: Path | None = None) -> tuple[dict
         "step": payload.get("step"),
         "tokens_seen": payload.get("tokens_seen"),
         "reg_cos": payload.get("train", {}).get("reg_cos"),
-        "table": measure(table),
+        "table": measure(table).model_dump(exclude_none=True),
         "n_unseen": int(len(unseen)),
         "n_seen": int(len(seen)),
         "seen_norm_mean": float(norms[seen].mean()),

@@ -23,7 +23,7 @@ N, D = 4096, 256
 
 @pytest.fixture(scope="module")
 def synthetic() -> dict[str, dict[str, float]]:
-    return {name: measure(sample(name, N, D, seed=0), with_centered=True) for name in DISTRIBUTIONS}
+    return {name: measure(sample(name, N, D, seed=0), with_centered=True).model_dump() for name in DISTRIBUTIONS}
 
 
 def test_anisotropy_is_exact_mean_pair_cosine():

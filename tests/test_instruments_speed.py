@@ -125,7 +125,7 @@ OLD_ROUNDOFF = {("wide_3x2000", "effective_rank"): 5e-5, ("wide_20x500_constant_
 
 @pytest.fixture(scope="module")
 def measured() -> dict[str, dict[str, float]]:
-    return {name: measure(make(), with_centered=True) for name, make in CASES.items()}
+    return {name: measure(make(), with_centered=True).model_dump() for name, make in CASES.items()}
 
 
 def reference(x: np.ndarray) -> dict[str, float]:
@@ -230,7 +230,7 @@ def test_row_chunks_cover_every_row(monkeypatch):
     monkeypatch.setattr(g, "CHUNK_BYTES", 8 * 64 * 7)
     x = CASES["mixed_3000x64"]()[:100]
     expected = reference(x)
-    got = measure(x)
+    got = measure(x).model_dump()
     for key in ("anisotropy", "decorrelation", "effective_rank", "row_norm_mean", "row_norm_std", "mean_vector_ratio"):
         assert got[key] == pytest.approx(expected[key], rel=1e-9), key
 
@@ -247,7 +247,7 @@ def test_three_rows_of_twenty_thousand_dimensions_in_bounded_memory():
     x = np.random.default_rng(5).standard_normal((3, 20_000)).astype(np.float32)
     tracemalloc.start()  # numpy reports its buffers to tracemalloc; the old d x d covariance alone was 3.2 GB
     try:
-        values = measure(x)
+        values = measure(x).model_dump()
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
