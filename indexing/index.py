@@ -20,6 +20,8 @@ class Hit:
     doc_id: str
     score: float  # cosine for dense indexes, BM25 score for bm25
     row: int  # the document's row in the index's document table
+    title: str = ""
+    snippet: str = ""  # the first characters of the text, as the table keeps them
 
 
 @dataclass(frozen=True)
@@ -30,12 +32,14 @@ class SearchResult:
     rows: np.ndarray  # (n_queries, k) rows of ``docs``; -1 where the index found fewer than k
     docs: DocTable
 
-    def hits(self, query: int) -> list[Hit]:
-        return [
-            Hit(self.docs.doc_id(int(r)), float(s), int(r))
-            for s, r in zip(self.scores[query], self.rows[query], strict=True)
-            if r >= 0
-        ]
+    def hits(self, query: int, k: int | None = None) -> list[Hit]:
+        """The query's top ``k`` (all it has by default) that exist: FAISS pads with row -1 where it found fewer."""
+        found = [(float(s), int(r)) for s, r in zip(self.scores[query], self.rows[query], strict=True) if r >= 0]
+        return [self._hit(score, row) for score, row in found[:k]]
+
+    def _hit(self, score: float, row: int) -> Hit:
+        record = self.docs[row]  # one read of the table's line: id, title and snippet together
+        return Hit(record["id"], score, row, record["title"], record["snippet"])
 
     def run(self, query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
         """BEIR's run format, {query id: {doc id: score}}, for queries given in the order searched."""

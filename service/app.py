@@ -39,6 +39,7 @@ from cone.service.schemas import (
     ModelsResponse,
     Readiness,
     ReloadResponse,
+    SearchHit,
     SearchQuery,
     SearchRequest,
     SearchResponse,
@@ -138,7 +139,10 @@ def search_entry(entry: Entry, q: str, k: int) -> SearchResponse:
         k=k,
         synthetic=synthetic(entry),
         metric=entry.manifest.metric,
-        hits=[{"doc_id": h["id"], **h} for h in hits],
+        hits=[
+            SearchHit(rank=rank, doc_id=h.doc_id, title=h.title, snippet=h.snippet, score=h.score)
+            for rank, h in enumerate(hits, 1)
+        ],
         spread=spread,
     )
 

@@ -18,7 +18,7 @@ import numpy as np
 from cone.encoders.registry import MODEL_NAMES, missing
 from cone.errors import ConeError, DamagedIndex, ModelUnavailable
 from cone.indexing import store
-from cone.indexing.index import Index
+from cone.indexing.index import Hit, Index, SearchResult
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 from cone.indexing.open import open_index
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
@@ -57,17 +57,13 @@ class Entry:
         """Mark this index unavailable with the reason: its files were damaged under it (until a reload)."""
         self.reason, self.failed = one_line(f"damaged while served: {exc}"), True
 
-    def search(self, query: str, k: int) -> tuple[list[dict], dict[str, float]]:
+    def search(self, query: str, k: int) -> tuple[list[Hit], dict[str, float]]:
         """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns.
         A DamagedIndex (a file changed under the index) marks the entry unavailable before it propagates."""
         try:
             scores, rows = self._batcher.submit((query, k))
-            found = rows >= 0  # FAISS pads with -1 where it found fewer (an empty IVF probe)
-            scores, rows = scores[found].astype(float), rows[found]
-            hits = [
-                {**self.index.docs[int(row)], "rank": rank, "score": float(score)}
-                for rank, (score, row) in enumerate(zip(scores[:k], rows[:k], strict=True), 1)
-            ]
+            hits = SearchResult(scores[None], rows[None], self.index.docs).hits(0, k)
+            scores = scores[rows >= 0].astype(float)  # FAISS pads with -1 where it found fewer (an empty IVF probe)
         except DamagedIndex as exc:
             self.fail(exc)
             raise
