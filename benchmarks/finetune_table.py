@@ -77,7 +77,8 @@ def main() -> None:
             table[-1]["per_seed_ndcg"] = [r.metrics["ndcg_at_10"] for r in rows]
     first, second = sorted(starts)  # baseline, regularized
     chosen = [
-        (averaged(groups[(first, spec)], f"{first}-ft+{spec}"), averaged(groups[(second, spec)], f"{second}-ft+{spec}"))
+        # the model's name only: a result's label adds its post-processing itself (not "+whiten+whiten")
+        (averaged(groups[(first, spec)], f"{first}-ft"), averaged(groups[(second, spec)], f"{second}-ft"))
         for spec in POSTPROCESS
     ]
     comparisons = compare_pairs(chosen, {name: pairs.scores for name, pairs in data.sts.items()})
