@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from importlib.util import find_spec
 
 import faiss
 import numpy as np
@@ -25,6 +26,7 @@ from cone.geometry import measure, pair_cosines, spread, unit_rows
 from cone.geometry.summary import Geometry
 from cone.indexing import postprocess as pp
 from cone.indexing.factory import BinaryCodes, Codes, FloatCodes, build_codes, parse_factory
+from cone.indexing.lance import PREFIX, LanceCodes
 
 K = 10
 REPAIRS = ("none", "center", "whiten", "abtt:3", "standardize")
@@ -152,6 +154,8 @@ def default_types(n_docs: int, dim: int) -> tuple[list[str], dict[str, str]]:
     lists = max(1, n_docs // 100)
     types = ["Flat", "SQfp16", "SQ8", f"PQ{pq}", "BIN", f"BIN+rescore:{RESCORE_DEPTH}", "RaBitQ", "HNSW32"]
     types.append(f"IVF{lists},Flat")
+    if find_spec("lancedb") is not None:  # the store's own types, where cone[lancedb] is installed
+        types += [f"{PREFIX}{name}" for name in ("IVF_PQ", "IVF_HNSW_SQ", "IVF_RQ")]
     params = {"HNSW32": "efSearch=64", f"IVF{lists},Flat": f"nprobe={max(1, lists // 8)}"}
     return types, params
 
@@ -161,6 +165,8 @@ def bytes_per_vector(codes: Codes, dim: int, n: int) -> float:
     full index less that of the same index emptied, over n; BIN+rescore adds its float32 rescoring vectors."""
     if isinstance(codes, BinaryCodes):
         return codes.index.code_size + (4 * dim if codes.floats is not None else 0)
+    if isinstance(codes, LanceCodes):  # LanceDB keeps the vectors themselves beside any index: all it stores
+        return codes.stored_bytes() / n
     full = faiss.serialize_index(codes.index).size
     empty = faiss.clone_index(codes.index)
     empty.reset()

@@ -132,9 +132,16 @@ class LanceCodes:
     """A Lance table of (row, id, vector) with an index of one LanceDB type; the Codes interface of
     cone.indexing.factory: ``search`` gives cosines and rows, ``vectors`` the stored float32 rows, ``write``."""
 
-    def __init__(self, name: str, dim: int, params: dict[str, int | str | None], table: object | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        dim: int,
+        params: dict[str, int | str | None],
+        table: object | None = None,
+        folder: Path | None = None,
+    ) -> None:
         self.name, self.dim, self.params = name, dim, params
-        self._table = table
+        self._table, self._folder = table, folder  # the folder holding the table, once there is one
         self._pending: tuple[np.ndarray, list[str] | None] | None = None
 
     @property
@@ -183,7 +190,12 @@ class LanceCodes:
         except (RuntimeError, ValueError, OSError) as exc:
             why = _first_line(exc)
             raise InputError(f"--index-factory {self.factory!r} on {len(vectors):,} vectors: {why}") from None
-        self._table = table
+        self._table, self._folder = table, folder
+
+    def stored_bytes(self) -> int:
+        """What the store keeps on disk: the Lance table (ids and float32 vectors) and its index files."""
+        self.index  # noqa: B018 -- the table exists once built (in the index folder, or a scratch folder)
+        return sum(_dataset_files(self._folder / f"{TABLE}.lance").values())
 
     def write(self, folder: Path) -> None:
         if self._pending is None:
@@ -215,7 +227,7 @@ class LanceCodes:
             raise DamagedIndex(f"{folder}: corrupt Lance table ({_first_line(exc)})") from None
         if width != dim:
             raise DamagedIndex(f"{folder}: Lance vectors of dimension {width}, manifest says {dim}")
-        return cls(name, dim, params, table)
+        return cls(name, dim, params, table, folder)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top ``k`` cosines and rows per query, best first; -inf and -1 where fewer were found."""

@@ -91,15 +91,14 @@ def test_the_command_prints_a_prescription_and_writes_its_report_and_figure(tmp_
     docs, queries, _ = clustered()
     np.save(tmp_path / "x.npy", offset_cone(np.concatenate([docs, queries])))
     argv = ["doctor", "--vectors", str(tmp_path / "x.npy"), "--out", str(tmp_path / "out"), "--no-progress"]
-    assert main([*argv, "--types", "Flat,SQ8,BIN", "--target", "0.9"]) == 0
+    assert main([*argv, "--types", "Flat,SQ8,BIN,lance:IVF_RQ", "--target", "0.9"]) == 0
     out = capsys.readouterr().out
     assert "CONE: unrelated documents score" in out and "PRESCRIPTION: --index-factory" in out
     report = json.loads((tmp_path / "out" / "doctor.json").read_text())
-    assert report["diagnosis"]["findings"] == ["cone"] and {t["factory"] for t in report["trials"]} == {
-        "Flat",
-        "SQ8",
-        "BIN",
-    }
+    assert report["diagnosis"]["findings"] == ["cone"]
+    assert {t["factory"] for t in report["trials"]} == {"Flat", "SQ8", "BIN", "lance:IVF_RQ"}
+    lance = [t for t in report["trials"] if t["factory"] == "lance:IVF_RQ"]
+    assert all(t["bytes_per_vector"] > 4 * DIM for t in lance)  # LanceDB keeps the vectors beside its index
     assert (tmp_path / "out" / "doctor.png").stat().st_size > 10_000
 
 
