@@ -74,7 +74,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "streaming build",
         "For corpora too big to hold: documents are read and written a shard at a time, the correction and FAISS "
         "are fitted on a random sample, and the inverted lists and the document table stay on disk (served from "
-        "there too). Needs a plain IVF factory (--index-factory IVF1024,Flat, IVF1024,SQ8 or IVF1024,PQ32). "
+        "there too). Needs a plain IVF factory (--index-factory IVF1024,Flat, IVF1024,SQ8 or IVF1024,PQ32) or a "
+        "LanceDB type (lance:IVF_PQ, ...: the Lance table is appended a shard at a time, then indexed). "
         "Rows follow the corpus file's order; a repeated id is kept twice (the in-memory build keeps the last).",
     )
     stream.add_argument("--stream", action="store_true", help="build as a stream (see above)")

@@ -272,6 +272,47 @@ class LanceCodes:
         return flat.reshape(-1, self.dim)[order]
 
 
+class LanceWriter:
+    """A Lance table written a batch at a time, then indexed: a streamed build (``cone index --stream``, under
+    ``--ray`` too) holds one shard of vectors, never the corpus. Rows are numbered in the order they come."""
+
+    def __init__(self, folder: Path, factory: str, dim: int) -> None:
+        self.lancedb, self.pa = lancedb_module(), _pyarrow()
+        self.folder, self.name, self.dim = folder, type_of(factory), dim
+        self.count = 0
+        self._table: object | None = None
+
+    def add(self, vectors: np.ndarray, ids: list[str]) -> None:
+        pa = self.pa
+        rows = np.arange(self.count, self.count + len(vectors), dtype=np.int64)
+        flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel())
+        batch = pa.table(
+            {
+                "row": pa.array(rows),
+                "id": pa.array(ids, pa.string()),
+                "vector": pa.FixedSizeListArray.from_arrays(flat, self.dim),
+            }
+        )
+        if self._table is None:
+            self._table = self.lancedb.connect(self.folder).create_table(TABLE, batch)
+        else:
+            self._table.add(batch)
+        self.count += len(vectors)
+
+    def finish(self, settings: dict[str, str]) -> LanceCodes:
+        """Index the whole table (parameters from its final size) and record its files, as ``write`` does."""
+        params = build_params(self.name, self.count, self.dim, settings)
+        if self.name != "FLAT":
+            try:
+                self._table.create_index("vector", config=_index_config(self.lancedb, self.name, params))
+            except (RuntimeError, ValueError, OSError) as exc:
+                why = _first_line(exc)
+                raise InputError(f"--index-factory 'lance:{self.name}' on {self.count:,} vectors: {why}") from None
+        files = _dataset_files(self.folder / f"{TABLE}.lance")
+        (self.folder / FILES).write_text(json.dumps({"type": self.name, "files": files}, indent=1))
+        return LanceCodes(self.name, self.dim, params, self._table, self.folder)
+
+
 def _pyarrow() -> ModuleType:
     import pyarrow  # a dependency of lancedb itself
 

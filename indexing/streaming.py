@@ -8,6 +8,7 @@ document table are read from disk). Rows are in the corpus file's order (the in-
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,14 +24,15 @@ from cone.data.loaders import CorpusFingerprint, corpus_line, doc_text, iter_cor
 from cone.encoders.base import LOCAL, Encoder
 from cone.errors import ClusterError, InputError
 from cone.geometry import unit_rows
+from cone.indexing import lance, store
 from cone.indexing import postprocess as pp
-from cone.indexing import store
 from cone.indexing.dense import PARAMS_FILE, CorpusIdentity, correct_vectors, dense_manifest
 from cone.indexing.factory import (
     INDEX_FILE,
     IVF_DATA,
     make_faiss,
     parse_factory,
+    parse_search_params,
     set_search_params,
     train_faiss,
     write_faiss,
@@ -55,7 +57,10 @@ class StreamOptions:
 def check_streamable(factory: str, dim: int) -> None:
     """Only inverted lists can live on disk: a streamed build needs a plain IVF factory (IVF4096,Flat,
     IVF4096,SQ8, IVF4096,PQ32, optionally after a transform such as PCA64), nothing kept beside the lists (no
-    IDMap, no refinement) and lists FAISS can merge onto disk (not the fast-scan ones)."""
+    IDMap, no refinement) and lists FAISS can merge onto disk (not the fast-scan ones); or a LanceDB type (its
+    table is written a shard at a time and indexed at the end)."""
+    if parse_factory(factory).store == "lancedb":
+        return
     if parse_factory(factory).binary:
         raise InputError(f"--stream needs a plain IVF factory such as IVF1024,Flat, not {factory!r}")
     built = make_faiss(dim, factory)  # kept: it owns what is downcast
@@ -107,11 +112,13 @@ class _ShardWriter:
         self.docs = docs
         self.fingerprint = CorpusFingerprint()
         self._pending: list[np.ndarray] = []
+        self._pending_ids: list[str] = []
 
     def add(self, docs: list[Document], vectors: np.ndarray) -> None:
         for doc_id, doc in docs:
             self.docs.add(doc_id, doc["title"], doc["text"])
             self.fingerprint.add(doc_id, doc)
+            self._pending_ids.append(doc_id)
         self._pending.append(np.asarray(vectors, dtype=np.float32))
         while sum(len(v) for v in self._pending) >= self.size:
             self._flush(self.size)
@@ -124,8 +131,15 @@ class _ShardWriter:
         pending = np.concatenate(self._pending)
         path = self.folder / f"raw-{len(self.shards):05d}.npy"
         np.save(path, pending[:rows])
+        ids_path(path).write_text(json.dumps(self._pending_ids[:rows]))  # a LanceDB table keeps them beside vectors
         self.shards.append(path)
         self._pending = [pending[rows:]] if rows < len(pending) else []
+        self._pending_ids = self._pending_ids[rows:]
+
+
+def ids_path(shard: Path) -> Path:
+    """The document ids of a shard of raw vectors, in row order."""
+    return shard.with_suffix(".ids.json")
 
 
 def _sample(shards: list[Path], n_docs: int, options: StreamOptions) -> np.ndarray:
@@ -168,6 +182,21 @@ def _fill_on_disk(index: faiss.Index, shards: list[Path], params: dict, out: Pat
         merge_ondisk(index, parts, str(out / IVF_DATA))
 
 
+def _fill_lance(
+    factory: str, settings: dict[str, str], shards: list[Path], params: dict, out: Path, bar: tqdm
+) -> dict[str, int | str | None]:
+    """Each shard corrected and appended to the Lance table (one shard in memory at a time), then the table indexed
+    once whole; the index's parameters, for the manifest."""
+    table: lance.LanceWriter | None = None
+    for path in shards:
+        vectors = unit_rows(pp.apply(np.load(path), params))
+        table = table or lance.LanceWriter(out, factory, vectors.shape[1])
+        table.add(vectors, json.loads(ids_path(path).read_text()))
+        path.unlink()
+        bar.update(len(vectors))
+    return table.finish(settings).params
+
+
 def _point_lists_at(index: faiss.Index, final: Path) -> None:
     """The index file names its lists' file; name the one it will have once the build is swapped into place
     (FAISS also finds it beside the index file if the folder moves: IO_FLAG_ONDISK_SAME_DIR)."""
@@ -190,7 +219,11 @@ def build_dense_streaming(
     postprocess = pp.parse(postprocess)
     options = options or StreamOptions()
     check_streamable(factory, encoder.dim)
-    make_faiss(encoder.dim, factory, search_params)  # bad search parameters refused before any encoding
+    in_lance = parse_factory(factory).store == "lancedb"
+    if in_lance:  # bad search parameters refused before any encoding
+        lance.build_params(lance.type_of(factory), lance.PQ_CENTROIDS, encoder.dim, parse_search_params(search_params))
+    else:
+        make_faiss(encoder.dim, factory, search_params)
     on_cluster = encoder.encoded_on != LOCAL  # a cone.encoders.cluster.RayEncoder
     with store.writing_index(out) as folder:
         scratch = folder.path / SHARDS
@@ -211,15 +244,22 @@ def build_dense_streaming(
             raise InputError(f"{dataset / 'corpus.jsonl'}: no documents")
         sample = _sample(writer.shards, n_docs, options)
         corrected = correct_vectors(sample, postprocess)
-        index = make_faiss(encoder.dim, factory, search_params)
-        train_faiss(index, corrected.vectors, factory)
+        index_params = None
         with tqdm(total=n_docs, desc="fill index on disk", unit="doc", disable=not progress) as bar:
-            _fill_on_disk(index, writer.shards, corrected.params, folder.path, bar)
-        _point_lists_at(index, out)
-        set_search_params(index, search_params)
-        write_faiss(faiss.write_index, index, folder.path / INDEX_FILE)
+            if in_lance:
+                settings = parse_search_params(search_params)
+                index_params = _fill_lance(factory, settings, writer.shards, corrected.params, folder.path, bar)
+            else:
+                index = make_faiss(encoder.dim, factory, search_params)
+                train_faiss(index, corrected.vectors, factory)
+                _fill_on_disk(index, writer.shards, corrected.params, folder.path, bar)
+                _point_lists_at(index, out)
+                set_search_params(index, search_params)
+                write_faiss(faiss.write_index, index, folder.path / INDEX_FILE)
         shutil.rmtree(scratch)
         np.savez(folder.path / PARAMS_FILE, **corrected.params)
         identity = CorpusIdentity(dataset.name, writer.fingerprint.hexdigest(), n_docs)
-        folder.manifest = dense_manifest(encoder, identity, corrected, factory, search_params, len(sample))
+        folder.manifest = dense_manifest(
+            encoder, identity, corrected, factory, search_params, len(sample), index_params
+        )
     return out

@@ -92,14 +92,20 @@ def test_ray_build_equals_the_local_build(local_cluster, shared_tiny_beir, tiny_
     assert answers(local, tiny_checkpoints) == answers(on_ray, tiny_checkpoints)
 
 
+@pytest.mark.parametrize(
+    ("factory", "params", "folder"),
+    [("IVF4,Flat", "nprobe=4", "baseline-IVF4_Flat"), ("lance:IVF_HNSW_SQ", "ef=64", "baseline-lance_IVF_HNSW_SQ")],
+)
 def test_streamed_ray_build_equals_the_streamed_local_build(
-    local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path
+    local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, factory, params, folder
 ):
-    stream = ("--stream", "--index-factory", "IVF4,Flat", "--search-params", "nprobe=4", "--shard-size", "9")
+    """FAISS's on-disk lists, and a Lance table: under --ray the vectors come from Ray Data's actor pool, shard by
+    shard, into the same writer as the local stream's."""
+    stream = ("--stream", "--index-factory", factory, "--search-params", params, "--shard-size", "9")
     assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "local", *stream)) == 0
     on_ray = (*stream, "--ray", "--ray-batch-size", "8")
     assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", *on_ray)) == 0
-    local, ray_built = tmp_path / "local" / "baseline-IVF4_Flat", tmp_path / "ray" / "baseline-IVF4_Flat"
+    local, ray_built = tmp_path / "local" / folder, tmp_path / "ray" / folder
     same_but_how_built(manifest_of(local), manifest_of(ray_built))
     assert answers(local, tiny_checkpoints) == answers(ray_built, tiny_checkpoints)
     assert (local / store.DOCS).read_bytes() == (ray_built / store.DOCS).read_bytes()

@@ -147,7 +147,23 @@ def test_cone_index_store_lancedb_builds_lance_flat_and_refuses_a_faiss_type(tin
     assert main(argv) == 0
     assert read_manifest(tmp_path / "baseline-lance_FLAT").index_factory == "lance:FLAT"
     assert main([*argv, "--index-factory", "PQ32"]) == 2
-    assert main([*argv, "--index-factory", "lance:IVF_RQ", "--stream"]) == 2
+
+
+def test_a_streamed_lance_table_holds_the_ids_and_ranks_as_the_in_memory_one(tiny_beir, tiny_checkpoints, tmp_path):
+    """--stream appends the table a shard at a time (4 shards of 12 here) and indexes it once whole."""
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--index-factory", "lance:FLAT"]
+    assert main([*argv, "--out", str(tmp_path / "memory")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "stream"), "--stream", "--shard-size", "12"]) == 0
+    memory = open_index(tmp_path / "memory" / "baseline-lance_FLAT", tiny_checkpoints)
+    streamed = open_index(tmp_path / "stream" / "baseline-lance_FLAT", tiny_checkpoints)
+    assert streamed.manifest.fit_sample == 40 and streamed.manifest.index_factory == "lance:FLAT"
+    queries = ["cell protein gene", "market stock rose", "dog runs in the park"]
+    runs = memory.search(queries, 5).run(queries), streamed.search(queries, 5).run(queries)
+    for a, b in zip(runs[0].values(), runs[1].values(), strict=True):
+        assert list(a) == list(b) and list(a.values()) == pytest.approx(list(b.values()), abs=1e-5)
+    table = streamed.codes.index.to_arrow()
+    assert table.num_rows == 40 and table.column("id").to_pylist() == [streamed.docs[r]["id"] for r in range(40)]
 
 
 def test_cone_imports_no_lancedb_and_without_it_a_lance_index_says_how_to_install_it(tiny, tmp_path, monkeypatch):
