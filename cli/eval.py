@@ -16,6 +16,7 @@ from cone.cli.options import (
     add_progress_option,
     add_ray_options,
     add_runtime_list_options,
+    checked_search_params,
     choice_list,
     comma_list,
     factory_list,
@@ -100,6 +101,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--search-params",
+        type=checked_search_params,
         default="",
         help="search parameters for every factory but Flat (a type that does not take them gives a row saying so)",
     )

@@ -13,6 +13,7 @@ from cone.cli.options import (
     add_progress_option,
     add_ray_options,
     add_runtime_options,
+    checked_search_params,
     index_factory,
     layer,
     positive_int,
@@ -64,6 +65,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--search-params",
+        type=checked_search_params,
         default="",
         help="search-time parameters kept in the manifest, e.g. nprobe=32 (IVF), efSearch=128 (HNSW) or "
         "qb=4 (RaBitQ's query bits, 1-8); for LanceDB types nprobes=N (default 20), refine_factor=R, ef=N (HNSW)",

@@ -12,7 +12,7 @@ from cone.data.loaders import DATA_DIR_ENV
 from cone.encoders.base import BACKENDS, QUANTIZATIONS, SUPPORTED, Runtime
 from cone.encoders.cluster import ACTORS_START_S, RayOptions, connected
 from cone.errors import InputError
-from cone.indexing.factory import parse_factory
+from cone.indexing.factory import parse_factory, parse_search_params
 from cone.models.checkpoint import CHECKPOINTS_ENV
 
 
@@ -94,6 +94,15 @@ def index_factory(text: str) -> str:
         return parse_factory(text).factory
     except InputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def checked_search_params(text: str) -> str:
+    """``name=value,...`` with every count > 0 (nprobe, efSearch, qb, ...), checked when the command line is read."""
+    try:
+        parse_search_params(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def factory_list(text: str) -> list[str]:

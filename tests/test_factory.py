@@ -156,17 +156,28 @@ def test_another_factory_never_replaces_an_index_and_the_eval_reuses_only_a_matc
 def test_bad_factories_and_params_exit_2_before_any_index_is_written(tiny_beir, tiny_checkpoints, tmp_path, capsys):
     argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir)]
     argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path / "idx"), "--no-progress"]
-    for bad in (["--index-factory", "IVF0,Flat"], ["--index-factory", "HNSW1"], ["--index-factory", "SQ0"]):
+    refused_by_the_parser = (
+        ["--index-factory", "IVF0,Flat"],
+        ["--index-factory", "HNSW1"],
+        ["--index-factory", "SQ0"],
+        ["--index-factory", "IVF4,Flat", "--search-params", "nprobe=0"],
+        ["--index-factory", "HNSW8", "--search-params", "efSearch=0"],
+    )
+    for bad in refused_by_the_parser:
         with pytest.raises(SystemExit) as exited:
             main([*argv, *bad])
         assert exited.value.code == 2
-    for bad in (
-        ["--index-factory", "IVF4,Flat", "--search-params", "nprobe=0"],
-        ["--index-factory", "HNSW8", "--search-params", "efSearch=0"],
-        ["--index-factory", "IVF64,Flat"],
-    ):
-        assert main([*argv, *bad]) == 2
+    assert main([*argv, "--index-factory", "IVF64,Flat"]) == 2  # known once the corpus is: 40 documents
     assert not (tmp_path / "idx").exists() or not any((tmp_path / "idx").iterdir())
     err = capsys.readouterr().err
     assert "nprobe must be a whole number > 0" in err and "efSearch must be a whole number > 0" in err
     assert "64 inverted lists but only 40 vectors" in err
+
+
+def test_eval_refuses_bad_search_params_before_any_work(tiny_beir, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["eval", "--models", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--out", str(out)]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--index-factory", "Flat,IVF4,Flat", "--search-params", "nprobe=-1"])
+    assert exited.value.code == 2 and "nprobe must be a whole number > 0, not '-1'" in capsys.readouterr().err
+    assert not out.exists()
