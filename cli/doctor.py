@@ -38,10 +38,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="say whether a space is a cone, what each index type loses on it, and which repair fixes it",
         description="Measure a sample of your vectors (from a model and a corpus, or a saved .npy matrix): the "
         "instruments and what they name (a cone, rogue dimensions, low rank); then, for every index type (Flat, "
-        "SQfp16, SQ8, PQ, BIN, BIN+rescore, RaBitQ, HNSW, IVF) and every repair (center, whiten, abtt:3, "
-        "standardize), recall@10 against exact search of the vectors as they are, and the bytes each type keeps "
-        "per vector. Prescribes the cheapest type + repair that keeps recall@10 at --target (a repair only where "
-        "it lets a cheaper type pass). No qrels needed; a BEIR folder's test queries and qrels add nDCG@10.",
+        "SQfp16, SQ8, PQ, BIN, BIN+rescore, RaBitQ, HNSW, IVF, and LanceDB's where it is installed) as is and after "
+        "every repair (center, whiten, abtt:3, standardize), recall@10 against exact search of the same vectors and "
+        "the bytes each type keeps per vector; and what each repair does to exact search itself. Prescribes the "
+        "cheapest type + repair that keeps recall@10 at --target (a repair only where it lets a cheaper type pass "
+        "and keeps the model's ranking). No qrels needed; a BEIR folder's test queries and qrels add nDCG@10.",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help=f"the encoder: {', '.join(m for m in MODEL_NAMES if m != 'bm25')} or st:PATH")
