@@ -130,21 +130,26 @@ def parse_search_params(params: str) -> dict[str, str]:
     return settings
 
 
-def _rabitq(index: faiss.Index) -> object | None:
+def core_index(index: faiss.Index) -> faiss.Index:
+    """The index a factory string built, as its own class, past any transform in front (PCA64, OPQ16, ...)."""
     inner = faiss.downcast_index(index)
     if isinstance(inner, faiss.IndexPreTransform):
         inner = faiss.downcast_index(inner.index)
-    return inner if hasattr(inner, "qb") else None
+    return inner
 
 
 def set_search_params(index: faiss.Index, params: str) -> None:
     """FAISS search-time settings ("nprobe=32", "efSearch=128", RaBitQ's "qb=4"): not part of a factory string,
     so the manifest keeps them and every load applies them."""
     settings = parse_search_params(params)
+    if isinstance(index, faiss.IndexBinary):
+        if settings:
+            raise InputError(f"invalid --search-params {params!r}: a BIN index has no search parameters")
+        return
     query_bits = settings.pop("qb", None)
     if query_bits is not None:
-        rabitq = _rabitq(index)
-        if rabitq is None:
+        rabitq = core_index(index)
+        if not hasattr(rabitq, "qb"):
             raise InputError(f"invalid --search-params {params!r}: qb applies to RaBitQ indexes only")
         rabitq.qb = int(query_bits)
     if not settings:
@@ -162,9 +167,7 @@ def _skip_polysemous_training(index: faiss.Index, search_params: str) -> None:
     of a PQ32 build on SciFact (26 s of 28 s), so it is skipped where nothing reads it."""
     if "ht" in parse_search_params(search_params):
         return
-    inner = faiss.downcast_index(index)
-    if isinstance(inner, faiss.IndexPreTransform):
-        inner = faiss.downcast_index(inner.index)
+    inner = core_index(index)
     if getattr(inner, "do_polysemous_training", False):
         inner.do_polysemous_training = False
 
@@ -352,9 +355,9 @@ def build_codes(vectors: np.ndarray, factory: str, search_params: str = "", ids:
     if kind.store == "lancedb":
         return LanceCodes.build(vectors, kind.factory, parse_search_params(search_params), ids)
     if kind.binary:
-        if parse_search_params(search_params):
-            raise InputError(f"invalid --search-params {search_params!r}: a BIN index has no search parameters")
-        return BinaryCodes.build(vectors, kind)
+        codes = BinaryCodes.build(vectors, kind)
+        set_search_params(codes.index, search_params)  # a BIN index takes none: refused here
+        return codes
     index = make_faiss(vectors.shape[1], factory, search_params)
     train_faiss(index, vectors, factory)
     try:
@@ -395,10 +398,7 @@ def read_codes(
     if codes.index.d != expected:
         raise DamagedIndex(f"{folder}: index of dimension {codes.index.d}, manifest says {dim}")
     try:
-        if kind.binary and parse_search_params(search_params):
-            raise InputError(f"{search_params!r}: a BIN index has no search parameters")
-        if not kind.binary:
-            set_search_params(codes.index, search_params)
+        set_search_params(codes.index, search_params)
     except InputError as exc:
         raise DamagedIndex(f"{folder}: manifest's search_params: {exc}") from None
     return codes

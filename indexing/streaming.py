@@ -30,6 +30,7 @@ from cone.indexing.dense import PARAMS_FILE, CorpusIdentity, correct_vectors, de
 from cone.indexing.factory import (
     INDEX_FILE,
     IVF_DATA,
+    core_index,
     make_faiss,
     parse_factory,
     parse_search_params,
@@ -59,14 +60,13 @@ def check_streamable(factory: str, dim: int) -> None:
     IVF4096,SQ8, IVF4096,PQ32, optionally after a transform such as PCA64), nothing kept beside the lists (no
     IDMap, no refinement) and lists FAISS can merge onto disk (not the fast-scan ones); or a LanceDB type (its
     table is written a shard at a time and indexed at the end)."""
-    if parse_factory(factory).store == "lancedb":
+    kind = parse_factory(factory)
+    if kind.store == "lancedb":
         return
-    if parse_factory(factory).binary:
+    if kind.binary:
         raise InputError(f"--stream needs a plain IVF factory such as IVF1024,Flat, not {factory!r}")
     built = make_faiss(dim, factory)  # kept: it owns what is downcast
-    index = faiss.downcast_index(built)
-    if isinstance(index, faiss.IndexPreTransform):
-        index = faiss.downcast_index(index.index)
+    index = core_index(built)
     lists = faiss.downcast_InvertedLists(index.invlists) if isinstance(index, faiss.IndexIVF) else None
     if not isinstance(lists, faiss.ArrayInvertedLists):
         raise InputError(

@@ -181,3 +181,8 @@ def test_eval_refuses_bad_search_params_before_any_work(tiny_beir, tmp_path, cap
         main([*argv, "--index-factory", "Flat,IVF4,Flat", "--search-params", "nprobe=-1"])
     assert exited.value.code == 2 and "nprobe must be a whole number > 0, not '-1'" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_bin_index_takes_no_search_params():
+    with pytest.raises(InputError, match="a BIN index has no search parameters"):
+        build_codes(unit_rows(50, 16), "BIN+rescore:8", "nprobe=2")
