@@ -125,8 +125,7 @@ def _injected(sample: doctor.Sample, spec: str) -> doctor.Sample:
 
 def run_doctor(args: argparse.Namespace) -> int:
     inject = pp.parse(args.inject)
-    if not 0 < args.target <= 1:
-        raise InputError(f"--target must be in (0, 1], not {args.target}")
+    doctor.check_target(args.target)  # before any encoding
     sample = _sample(args)
     if inject != "none":
         sample = _injected(sample, inject)

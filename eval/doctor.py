@@ -234,13 +234,17 @@ def prescribe(trials: list[Trial], repairs: list[RepairEffect], target: float) -
     return Prescription(best.factory, best.repair, best.bytes_per_vector, best.recall_at_10, mb, reason)
 
 
+def check_target(target: float) -> None:
+    if not 0 < target <= 1:
+        raise InputError(f"--target must be in (0, 1], not {target}")
+
+
 def checkup(
     sample: Sample, target: float = 0.95, types: list[str] | None = None, step: Callable[[], None] = lambda: None
 ) -> Checkup:
     """Diagnose the sample's raw document vectors and try every index type x repair with its queries."""
     docs, queries = sample.docs, sample.queries
-    if not 0 < target <= 1:
-        raise InputError(f"--target must be in (0, 1], not {target}")
+    check_target(target)
     if len(docs) < 2 * K:
         raise InputError(f"need at least {2 * K} documents to measure recall@{K}, got {len(docs)}")
     default, params = default_types(len(docs), docs.shape[1])

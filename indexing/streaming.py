@@ -183,14 +183,12 @@ def _fill_on_disk(index: faiss.Index, shards: list[Path], params: dict, out: Pat
 
 
 def _fill_lance(
-    factory: str, settings: dict[str, str], shards: list[Path], params: dict, out: Path, bar: tqdm
+    table: lance.LanceWriter, settings: dict[str, str], shards: list[Path], params: dict, bar: tqdm
 ) -> dict[str, int | str | None]:
     """Each shard corrected and appended to the Lance table (one shard in memory at a time), then the table indexed
     once whole; the index's parameters, for the manifest."""
-    table: lance.LanceWriter | None = None
     for path in shards:
         vectors = unit_rows(pp.apply(np.load(path), params))
-        table = table or lance.LanceWriter(out, factory, vectors.shape[1])
         table.add(vectors, json.loads(ids_path(path).read_text()))
         path.unlink()
         bar.update(len(vectors))
@@ -248,7 +246,8 @@ def build_dense_streaming(
         with tqdm(total=n_docs, desc="fill index on disk", unit="doc", disable=not progress) as bar:
             if in_lance:
                 settings = parse_search_params(search_params)
-                index_params = _fill_lance(factory, settings, writer.shards, corrected.params, folder.path, bar)
+                table = lance.LanceWriter(folder.path, factory, encoder.dim)
+                index_params = _fill_lance(table, settings, writer.shards, corrected.params, bar)
             else:
                 index = make_faiss(encoder.dim, factory, search_params)
                 train_faiss(index, corrected.vectors, factory)
