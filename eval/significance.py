@@ -100,11 +100,14 @@ def _damage_and_repair(row: EvalResult, key: dict) -> list[tuple[EvalResult, Eva
     """What a synthetic degradation costs each index type and what a repair gives back: (healthy, damaged) for a
     degraded row (cone:C [PQ32] against [PQ32]); (damaged, repaired) and (healthy, repaired) for a row whose
     post-processing ends in a repair stage after a degradation (cone:C+center), when the other rows were measured."""
-    if is_synthetic(row.postprocess) and not is_synthetic(row.postprocess.split("+")[-1]):
-        damage = row.postprocess.split("+")[:-1]
-        specs = ("+".join(damage), "none") if damage and is_synthetic("+".join(damage)) else ()
-    else:
-        specs = ("none",) if is_synthetic(row.postprocess) else ()
+    if not is_synthetic(row.postprocess):
+        return []
+    *before, last = row.postprocess.split("+")
+    damage = "+".join(before)
+    if is_synthetic(last):  # the row is itself a damage
+        specs: tuple[str, ...] = ("none",)
+    else:  # a repair stage after a damage
+        specs = (damage, "none") if before and is_synthetic(damage) else ()
     found = []
     for spec in specs:
         if (other := key.get((row.model, row.runtime, row.layer, spec, row.factory))) is not None:
