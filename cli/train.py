@@ -1,4 +1,5 @@
-"""``cone train``: train the baseline (``--reg-cos 0``) or the regularized language model.
+"""``cone train``: train the baseline (``--reg-cos 0``), the regularized language model, or any mix of the
+anti-collapse regularizers (``--reg barlow:0.5,center:1``).
 
 Every option's default is the field default of ``TrainConfig`` or ``GPTConfig``: written once, there.
 """
@@ -17,15 +18,15 @@ from cone.cli.options import (
     positive_int,
 )
 from cone.data.loaders import data_dir
-from cone.errors import Interrupted
+from cone.errors import InputError, Interrupted
+from cone.geometry.regularizer import SIGREG_LOSS_DIRECTIONS, TERMS, UNIFORMITY_T
 from cone.models.corpus import default_corpus_files
 from cone.models.gpt import GPTConfig
-from cone.models.train import TrainConfig, bf16_is_fast, train
+from cone.models.train import DEFAULT_LAMBDAS, DEFAULT_REG_COS, TrainConfig, bf16_is_fast, parse_regularizers, train
 
 # (type, help) of each config field the command line exposes; the default comes from the dataclass.
 TRAIN_OPTIONS = {
-    "reg_cos": (non_negative_float, "weight λ of the reg_cos regularizer (0 = the baseline)"),
-    "reg_cos_rows": (positive_int, "table rows sampled per step for reg_cos"),
+    "reg_rows": (positive_int, "table rows sampled per step, one sample shared by every regularizer term"),
     "tokens": (positive_int, "training budget in tokens (a floor: steps round up)"),
     "batch_size": (positive_int, "sequences per step"),
     "lr": (non_negative_float, "peak learning rate (cosine decay to lr / 10)"),
@@ -52,8 +53,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "train",
         help="train the baseline or the regularized language model",
-        description="Train the small tied-weight GPT with full-softmax cross-entropy plus λ·reg_cos. "
-        "The regularizer is ON by default; the baseline needs an explicit --reg-cos 0.",
+        description="Train the small tied-weight GPT with full-softmax cross-entropy plus λ·reg_cos, or plus the "
+        "anti-collapse terms --reg names (docs/regularizers.md compares them). The regularizer is ON by default; "
+        "the baseline needs an explicit --reg-cos 0 (or --reg none).",
     )
     p.add_argument("--out", type=Path, required=True, help="checkpoint folder to write (or resume)")
     p.add_argument(
@@ -65,6 +67,23 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_data_dir_option(p)
     _add_config_options(p, TrainConfig, TRAIN_OPTIONS)
+    defaults = ", ".join(f"{name}:{lam:g}" for name, lam in DEFAULT_LAMBDAS.items())
+    regularizers = p.add_mutually_exclusive_group()
+    regularizers.add_argument(
+        "--reg-cos",
+        type=non_negative_float,
+        default=None,
+        help=f"weight λ of the reg_cos regularizer alone (0 = the baseline; default {DEFAULT_REG_COS:g})",
+    )
+    regularizers.add_argument(
+        "--reg",
+        type=regularizer_spec,
+        default=None,
+        metavar="NAME[:λ][,NAME:λ...]",
+        help=f"the regularizers and their weights, in place of reg_cos alone; names: {', '.join(TERMS)} "
+        f"(sigreg draws {SIGREG_LOSS_DIRECTIONS} directions per step, uniformity uses t = {UNIFORMITY_T:g}), "
+        f"or none. A name without λ takes its swept default ({defaults}).",
+    )
     _add_config_options(p, GPTConfig, MODEL_OPTIONS)
     precision = p.add_mutually_exclusive_group()
     precision.add_argument(
@@ -77,6 +96,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_train)
 
 
+def regularizer_spec(text: str) -> dict[str, float]:
+    try:
+        return parse_regularizers(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _regularizers(args: argparse.Namespace) -> dict:
+    """TrainConfig's {"reg_cos": λ, "reg": {other: λ}} from --reg or --reg-cos (else the default reg_cos)."""
+    if args.reg is None:
+        return {"reg_cos": DEFAULT_REG_COS if args.reg_cos is None else args.reg_cos, "reg": {}}
+    chosen = dict(args.reg)
+    return {"reg_cos": chosen.pop("reg_cos", 0.0), "reg": chosen}
+
+
 def run_train(args: argparse.Namespace) -> int:
     model_cfg = GPTConfig(**{name: getattr(args, name) for name in MODEL_OPTIONS})
     files = args.corpus or default_corpus_files(data_dir(args.data_dir))
@@ -86,6 +120,7 @@ def run_train(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     cfg = TrainConfig(
         **{name: getattr(args, name) for name in TRAIN_OPTIONS},
+        **_regularizers(args),
         min_lr=args.lr / 10,
         bf16=args.bf16 or (not args.fp32 and bf16_is_fast()),
         block_size=args.block_size,

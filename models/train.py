@@ -1,7 +1,8 @@
-"""``cone train``: a nanoGPT-style loop, full softmax over the vocabulary, plus ``reg_cos``.
+"""``cone train``: a nanoGPT-style loop, full softmax over the vocabulary, plus ``reg_cos`` (or any mix of the
+anti-collapse terms in ``cone.geometry.regularizer``).
 
 Batches depend only on (seed, step), so two runs with the same seed see the same data in
-the same order whatever their ``reg_cos``, and a resumed run continues exactly.
+the same order whatever their regularizers, and a resumed run continues exactly.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from cone.errors import InputError
-from cone.geometry import anisotropy, decorrelation, effective_rank, moments, sigreg
-from cone.geometry.regularizer import reg_cos
+from cone.geometry import anisotropy, decorrelation, effective_rank, moments, sigreg, top_pc_share, uniformity
+from cone.geometry.regularizer import TERMS, regularizer_terms
 from cone.models import checkpoint as ckpt
 from cone.models.corpus import read_documents, split
 from cone.models.gpt import GPT, GPTConfig
@@ -29,6 +30,9 @@ from cone.models.tokenizer import EOS, load_tokenizer, train_tokenizer
 # Chosen by the λ sweep (benchmarks/reg_cos_sweep.sh): the smallest λ that cuts the table's anisotropy
 # several-fold for a validation-loss cost under 1%. The measured figures are in docs/training.md.
 DEFAULT_REG_COS = 3.0
+# λ of each other term, chosen by its own sweep under the rule written in docs/regularizers.md; a name without
+# one here must be given a λ (``--reg barlow:0.5``).
+DEFAULT_LAMBDAS: dict[str, float] = {"reg_cos": DEFAULT_REG_COS}
 VAL_SEED_OFFSET = 1_000_000_007
 
 
@@ -51,13 +55,19 @@ class TrainConfig:
     warmup_steps: int = 50
     weight_decay: float = 0.1
     reg_cos: float = DEFAULT_REG_COS
-    reg_cos_rows: int = 512
+    reg: dict[str, float] = field(default_factory=dict)  # λ of the terms other than reg_cos
+    reg_rows: int = 512  # table rows sampled per step, one sample shared by every term
     eval_interval: int = 50
     eval_batches: int = 8
     seed: int = 0
     bf16: bool = field(default_factory=lambda: bf16_is_fast())
     block_size: int = 128
     corpus: list[str] = field(default_factory=list)
+
+    @property
+    def regularizers(self) -> dict[str, float]:
+        """Every term with a positive λ, reg_cos first."""
+        return {name: lam for name, lam in {"reg_cos": self.reg_cos, **self.reg}.items() if lam > 0}
 
     @property
     def tokens_per_step(self) -> int:
@@ -127,25 +137,49 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95))
 
 
+def parse_regularizers(text: str) -> dict[str, float]:
+    """``NAME[:λ][,NAME:λ...]`` (or ``none``) -> {name: λ}; a name without λ takes its swept default."""
+    if text.strip() == "none":
+        return {}
+    chosen: dict[str, float] = {}
+    for item in text.split(","):
+        name, _, value = item.strip().partition(":")
+        if name not in TERMS:
+            raise InputError(f"unknown regularizer {name!r}; choose from {', '.join(TERMS)} (or none)")
+        if name in chosen:
+            raise InputError(f"regularizer {name!r} is named twice")
+        if not value and name not in DEFAULT_LAMBDAS:
+            raise InputError(f"{name} has no default λ yet; give one, e.g. {name}:1")
+        try:
+            lam = float(value) if value else DEFAULT_LAMBDAS[name]
+        except ValueError:
+            raise InputError(f"λ of {name} must be a number, got {value!r}") from None
+        if not (math.isfinite(lam) and lam >= 0):
+            raise InputError(f"λ of {name} must be a finite number >= 0, got {value}")
+        chosen[name] = lam
+    return chosen
+
+
 def train_step(
     model: GPT, opt: torch.optim.Optimizer, cfg: TrainConfig, x: torch.Tensor, step: int
-) -> tuple[float, float]:
-    """One optimizer step; returns (cross-entropy, reg_cos value)."""
+) -> tuple[float, dict[str, float]]:
+    """One optimizer step; returns (cross-entropy, each regularizer term's value)."""
     for group in opt.param_groups:
         group["lr"] = learning_rate(cfg, step)
     ce = lm_loss(model, x, cfg.bf16)
     loss = ce
-    reg_value = 0.0
-    if cfg.reg_cos > 0:
+    values: dict[str, float] = {}
+    if weights := cfg.regularizers:
+        # The rows (and any directions) come from (seed, step) alone, like the batches: a resume draws the same.
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        reg = reg_cos(model.wte.weight, cfg.reg_cos_rows, generator=gen)
-        loss = ce + cfg.reg_cos * reg
-        reg_value = float(reg.detach())
+        terms = regularizer_terms(model.wte.weight, list(weights), cfg.reg_rows, generator=gen)
+        loss = ce + sum(weights[name] * term for name, term in terms.items())
+        values = {name: float(term.detach()) for name, term in terms.items()}
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-    return float(ce.detach()), reg_value
+    return float(ce.detach()), values
 
 
 @torch.no_grad()
@@ -167,6 +201,8 @@ def evaluate(model: GPT, cfg: TrainConfig, streams: TokenStreams) -> dict[str, f
         "effective_rank": effective_rank(table, stats),
         "decorrelation": decorrelation(table, stats),
         "sigreg": sigreg(table),
+        "top_pc_share": top_pc_share(table, stats),
+        "uniformity": uniformity(table).value,
     }
 
 
@@ -246,7 +282,7 @@ def train(
         unit="tok",
         unit_scale=True,
         disable=not progress,
-        desc=f"train λ={cfg.reg_cos:g}",
+        desc="train " + (",".join(f"{name}:{lam:g}" for name, lam in cfg.regularizers.items()) or "λ=0"),
     )
     window: list[float] = []
     started, started_step = time.perf_counter(), step
@@ -255,7 +291,7 @@ def train(
         try:
             while step < cfg.steps:
                 x = batch(streams.train, cfg.batch_size, cfg.block_size, cfg.seed, step)
-                ce, reg_value = train_step(model, opt, cfg, x, step)
+                ce, reg_values = train_step(model, opt, cfg, x, step)
                 window.append(ce)
                 step += 1
                 bar.update(cfg.tokens_per_step)
@@ -266,7 +302,7 @@ def train(
                         "step": step,
                         "tokens": step * cfg.tokens_per_step,
                         "train_loss": float(np.mean(window)),
-                        "reg_cos": reg_value,
+                        "reg": reg_values,
                         "lr": learning_rate(cfg, step - 1),
                         **evaluate(model, cfg, streams),
                         "tokens_per_s": (step - started_step) * cfg.tokens_per_step / max(elapsed, 1e-9),

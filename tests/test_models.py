@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from cone.cli import build_parser, main
+from cone.cli.train import _regularizers
 from cone.errors import ConeError
 from cone.geometry import anisotropy
 from cone.models import train as train_module
@@ -132,9 +133,11 @@ def test_corrupt_or_mismatched_checkpoint_one_clear_error(tiny_corpus, tmp_path,
 
 def test_reg_cos_is_on_by_default_and_zero_needs_saying():
     assert DEFAULT_REG_COS > 0
-    args = build_parser().parse_args(["train", "--out", "x"])
-    assert args.reg_cos == DEFAULT_REG_COS
-    assert build_parser().parse_args(["train", "--out", "x", "--reg-cos", "0"]).reg_cos == 0
+    def regularizers(*argv: str) -> dict:
+        return _regularizers(build_parser().parse_args(["train", "--out", "x", *argv]))
+
+    assert regularizers() == {"reg_cos": DEFAULT_REG_COS, "reg": {}}
+    assert regularizers("--reg-cos", "0") == {"reg_cos": 0.0, "reg": {}}
 
 
 @pytest.mark.parametrize(

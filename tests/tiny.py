@@ -16,7 +16,7 @@ def tiny_cfg(reg: float, tokens: int = 8 * 16 * 24, eval_interval: int = 6) -> T
         min_lr=1e-3,
         warmup_steps=2,
         reg_cos=reg,
-        reg_cos_rows=128,
+        reg_rows=128,
         eval_interval=eval_interval,
         eval_batches=2,
         bf16=False,

@@ -1,0 +1,190 @@
+"""The anti-collapse terms of ``cone train --reg``: their values where the answer is known, their gradients, and
+the command line that chooses them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from cone.cli import build_parser, main
+from cone.cli.train import _regularizers
+from cone.errors import InputError
+from cone.geometry.regularizer import TERMS, reg_cos, regularizer_terms, sample_rows
+from cone.models.checkpoint import read_config, read_log
+from cone.models.train import DEFAULT_LAMBDAS, parse_regularizers, train
+
+from tiny import TINY, tiny_cfg
+
+
+def _tables(n: int = 512, d: int = 64) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "isotropic": torch.randn(n, d, generator=g),
+        # every row = one shared mean + small noise: the cone
+        "cone": torch.ones(d) + 0.3 * torch.randn(n, d, generator=g),
+        # rows in a random 2-D plane: rank collapse (the mean stays at 0)
+        "rank_collapse": torch.randn(n, 2, generator=g) @ torch.randn(2, d, generator=g)
+        + 0.01 * torch.randn(n, d, generator=g),
+        # one factor shared by every column: full rank, centered, but the columns are ~0.8 correlated
+        "redundant": torch.randn(n, 1, generator=g) + 0.5 * torch.randn(n, d, generator=g),
+    }
+
+
+def _term(name: str, table: torch.Tensor) -> float:
+    return float(TERMS[name](table, torch.Generator().manual_seed(1)))
+
+
+# Which failure each term sees (value far from the isotropic table's) and which it is blind to, by construction:
+# a cone moves the mean, not the spread or the correlations; a redundant table moves the correlations, not the
+# mean; rank collapse moves the correlations and the spread of each direction.
+SEES = {
+    "reg_cos": {"cone"},
+    "center": {"cone"},
+    "vicreg_var": {"rank_collapse"},
+    "vicreg_cov": {"rank_collapse", "redundant"},
+    "barlow": {"rank_collapse", "redundant"},
+    "sigreg": {"cone", "rank_collapse", "redundant"},
+    "uniformity": {"cone", "rank_collapse", "redundant"},
+}
+
+
+def test_every_term_is_in_the_table_of_what_it_sees():
+    assert set(SEES) == set(TERMS)
+
+
+@pytest.mark.parametrize("name", sorted(TERMS))
+def test_each_term_sees_the_failures_it_targets_and_not_the_others(name):
+    tables = _tables()
+    healthy = _term(name, tables["isotropic"])
+    for failure in ("cone", "rank_collapse", "redundant"):
+        shift = abs(_term(name, tables[failure]) - healthy)
+        if failure in SEES[name]:
+            assert shift > 0.05, (name, failure, shift)
+        else:
+            assert shift < 0.01, (name, failure, shift)
+
+
+def test_known_values():
+    tables = _tables()
+    # isotropic: mean cosine 0, no mean, no redundancy beyond sampling (E[r^2] = 1/n), uniformity ~ -2t
+    assert abs(_term("reg_cos", tables["isotropic"])) < 0.01
+    assert _term("barlow", tables["isotropic"]) == pytest.approx(1 / 512, rel=0.2)
+    assert _term("uniformity", tables["isotropic"]) == pytest.approx(-4.0, abs=0.2)
+    # a table of copies: every cosine 1, all of the second moment in the mean, uniformity's maximum 0
+    copies = torch.ones(64, 8) * torch.arange(1.0, 9.0)
+    for name, expected in (("reg_cos", 1.0), ("center", 1.0), ("uniformity", 0.0)):
+        assert _term(name, copies) == pytest.approx(expected, abs=1e-5)
+    # the redundant table's columns share one factor: correlation 1 / (1 + 0.5^2) = 0.8, squared 0.64
+    assert _term("barlow", tables["redundant"]) == pytest.approx(0.64, abs=0.05)
+
+
+@pytest.mark.parametrize("name", sorted(TERMS))
+def test_every_term_ignores_the_tables_scale(name):
+    table = _tables()["cone"]
+    assert _term(name, 7.0 * table) == pytest.approx(_term(name, table), rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(TERMS))
+def test_gradients_match_finite_differences(name):
+    table = torch.randn(12, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) + 0.5
+    table.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda w: TERMS[name](w, torch.Generator().manual_seed(1)), (table,))
+
+
+@pytest.mark.parametrize("name", sorted(TERMS))
+def test_descending_a_term_lowers_it_on_the_failure_it_targets(name):
+    failure = sorted(SEES[name])[0]
+    table = _tables(n=256, d=32)[failure].clone().requires_grad_(True)
+    opt = torch.optim.Adam([table], lr=0.05)
+    before = _term(name, table.detach())
+    for step in range(30):
+        loss = regularizer_terms(table, [name], 128, torch.Generator().manual_seed(step))[name]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert _term(name, table.detach()) < before - 0.05 * abs(before)
+
+
+def test_reg_cos_is_the_shared_sample_term():
+    weight = torch.randn(300, 16)
+    shared = regularizer_terms(weight, ["reg_cos"], 64, torch.Generator().manual_seed(5))["reg_cos"]
+    assert float(shared) == pytest.approx(float(reg_cos(weight, 64, torch.Generator().manual_seed(5))), abs=1e-7)
+    assert sample_rows(weight, 1000).shape == (300, 16)  # fewer rows than asked: all of them
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("reg_cos", {"reg_cos": DEFAULT_LAMBDAS["reg_cos"]}),
+        ("barlow:0.5,center:2", {"barlow": 0.5, "center": 2.0}),
+        ("none", {}),
+    ],
+)
+def test_parse_regularizers(spec, expected):
+    assert parse_regularizers(spec) == expected
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("cosine:1", "unknown regularizer 'cosine'"),
+        ("barlow:1,barlow:2", "named twice"),
+        ("barlow:x", "must be a number"),
+        ("barlow:-1", ">= 0"),
+        ("barlow:nan", ">= 0"),
+    ],
+)
+def test_bad_regularizer_specs_are_named(spec, message):
+    with pytest.raises(InputError, match=message):
+        parse_regularizers(spec)
+
+
+def test_the_command_line_maps_reg_onto_the_config(capsys):
+    def regularizers(*argv: str) -> dict:
+        return _regularizers(build_parser().parse_args(["train", "--out", "x", *argv]))
+
+    assert regularizers("--reg", "reg_cos:1,sigreg:2") == {"reg_cos": 1.0, "reg": {"sigreg": 2.0}}
+    assert regularizers("--reg", "none") == {"reg_cos": 0.0, "reg": {}}
+    for argv, message in (
+        (["--reg", "barlow:1", "--reg-cos", "3"], "not allowed with"),
+        (["--reg", "cosine:1"], "unknown regularizer 'cosine'"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(["train", "--out", "x", *argv])
+        assert exc.value.code == 2 and message in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_a_mix_of_terms_trains_logs_each_term_and_resumes_exactly(tiny_corpus, tmp_path, monkeypatch):
+    from cone.models import train as train_module
+
+    cfg = replace(tiny_cfg(0.0, tokens=8 * 16 * 12), reg={"barlow": 1.0, "sigreg": 1.0, "center": 1.0})
+    straight = train(tmp_path / "straight", [tiny_corpus], cfg, TINY, progress=False)
+    log = read_log(straight)
+    assert set(log[-1]["reg"]) == {"barlow", "sigreg", "center"} and all(v > 0 for v in log[-1]["reg"].values())
+    assert {"top_pc_share", "uniformity"} <= set(log[-1])
+    assert read_config(straight)["train"]["reg"] == cfg.reg
+    real_step = train_module.train_step
+
+    def interrupt_at_8(model, opt, cfg, x, step):
+        if step == 8:
+            raise KeyboardInterrupt
+        return real_step(model, opt, cfg, x, step)
+
+    monkeypatch.setattr(train_module, "train_step", interrupt_at_8)
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path / "cut", [tiny_corpus], cfg, TINY, progress=False)
+    monkeypatch.setattr(train_module, "train_step", real_step)
+    resumed = train(tmp_path / "cut", [tiny_corpus], cfg, TINY, resume=True, progress=False)
+    assert json.dumps(read_log(resumed)[-1]["reg"]) == json.dumps(log[-1]["reg"])
+    assert read_log(resumed)[-1]["val_loss"] == log[-1]["val_loss"]
+
+
+def test_train_command_refuses_a_bad_reg_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--out", str(tmp_path / "o"), "--reg", "barlow:x"])
+    err = capsys.readouterr().err.splitlines()
+    assert exc.value.code == 2 and err[-1].endswith("λ of barlow must be a number, got 'x'")
+    assert not (tmp_path / "o").exists()
