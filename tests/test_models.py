@@ -133,6 +133,7 @@ def test_corrupt_or_mismatched_checkpoint_one_clear_error(tiny_corpus, tmp_path,
 
 def test_reg_cos_is_on_by_default_and_zero_needs_saying():
     assert DEFAULT_REG_COS > 0
+
     def regularizers(*argv: str) -> dict:
         return _regularizers(build_parser().parse_args(["train", "--out", "x", *argv]))
 
