@@ -160,6 +160,12 @@ def parse_regularizers(text: str) -> dict[str, float]:
     return chosen
 
 
+def format_regularizers(train: dict) -> str:
+    """A saved ``train`` config's regularizers as ``--reg`` spells them (``none`` for λ = 0)."""
+    weights = {"reg_cos": train.get("reg_cos", 0.0), **train.get("reg", {})}
+    return ",".join(f"{name}:{lam:g}" for name, lam in weights.items() if lam > 0) or "none"
+
+
 def train_step(
     model: GPT, opt: torch.optim.Optimizer, cfg: TrainConfig, x: torch.Tensor, step: int
 ) -> tuple[float, dict[str, float]]:

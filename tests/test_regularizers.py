@@ -188,3 +188,57 @@ def test_train_command_refuses_a_bad_reg_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert exc.value.code == 2 and err[-1].endswith("λ of barlow must be a number, got 'x'")
     assert not (tmp_path / "o").exists()
+
+
+def _benchmark(name: str) -> dict:
+    import runpy
+    from pathlib import Path
+
+    return runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"), run_name="test")
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tiny_corpus, tmp_path_factory):
+    """Two seeds each of λ = 0, reg_cos and barlow, as regularizer_runs.sh names them."""
+    root = tmp_path_factory.mktemp("reg-runs")
+    for name, reg_cos_lambda, reg in (("none", 0.0, {}), ("reg_cos", 3.0, {}), ("barlow", 0.0, {"barlow": 1.0})):
+        for seed in (0, 1):
+            cfg = replace(tiny_cfg(reg_cos_lambda, tokens=8 * 16 * 6, eval_interval=3), reg=reg, seed=seed)
+            train(root / f"{name}-seed{seed}", [tiny_corpus], cfg, TINY, progress=False)
+    return root
+
+
+def test_the_regularizers_table_pairs_seeds_and_regenerates_from_its_json(tiny_runs, tmp_path, capsys):
+    table_script = _benchmark("regularizers_table")
+    rows = table_script["collect"](tiny_runs, None)
+    assert {(r["name"], r["seed"]) for r in rows} == {(n, s) for n in ("none", "reg_cos", "barlow") for s in (0, 1)}
+    table = table_script["summary"](rows)
+    assert table["barlow"]["reg"] == "barlow:1" and table["reg_cos"]["reg"] == "reg_cos:3"
+    none_loss = [r["val_loss"] for r in rows if r["name"] == "none"]
+    assert table["none"]["val_loss"]["mean"] == pytest.approx(sum(none_loss) / 2)
+    tests = table_script["comparisons"](rows)
+    # barlow against both baselines, reg_cos against λ = 0: every metric, paired over the 2 shared seeds
+    assert {(c["name"], c["vs"]) for c in tests} == {("barlow", "none"), ("barlow", "reg_cos"), ("reg_cos", "none")}
+    assert all(c["seeds"] == [0, 1] and 0 <= c["p_adjusted"] <= 1 for c in tests)
+
+    import sys
+
+    saved = tmp_path / "runs.json"
+    for argv in ([str(tiny_runs), "--write-json", str(saved)], ["--from-json", str(saved), "--figures", str(tmp_path)]):
+        sys.argv = ["regularizers_table.py", *argv]
+        table_script["main"]()
+    first, second = capsys.readouterr().out.split("| regularizer | seeds |")[1:]
+    assert first == second  # the committed rows give the same table as the checkpoints
+    assert (tmp_path / "cone-map.png").stat().st_size > 0 and (tmp_path / "instruments-vs-tokens.png").is_file()
+
+
+def test_the_sweep_rule_picks_the_largest_lambda_under_the_cost():
+    chosen = _benchmark("sweep_table")["chosen_lambdas"]
+    records = {
+        "none": {"val_loss": 7.0},
+        "barlow:0.1": {"val_loss": 7.01},
+        "barlow:1": {"val_loss": 7.05},  # +0.71%
+        "barlow:10": {"val_loss": 7.2},  # +2.9%
+        "center:0.1": {"val_loss": 7.1},  # +1.4%: nothing qualifies
+    }
+    assert chosen(records, 1.0) == {"barlow": 1.0, "center": None}
