@@ -5,7 +5,12 @@ The runs (3 seeds x λ in {0, 3}, 1M tokens each; `cone train --out DIR/lambdaL-
 --tokens 1000000`) are read from their checkpoint folders: the last line of each train_log.jsonl. A difference is
 called outside the spread when Welch's t-test over the seeds gives p < 0.05.
 
+The same runs are part of the regularizer study (docs/regularizers.md: `none-seedS` and `reg_cos-seedS`, 1M tokens,
+the same seeds and data order), whose per-run rows are committed: --from-json docs/regularizers/runs.json gives
+the table in seconds, without the checkpoints.
+
 Usage: python benchmarks/seed_spread.py RUNS_DIR [--json]
+       python benchmarks/seed_spread.py --from-json docs/regularizers/runs.json [--json]
 """
 
 from __future__ import annotations
@@ -36,6 +41,16 @@ def final_rows(runs: Path) -> dict[float, list[dict]]:
     return found
 
 
+def rows_from_json(path: Path) -> dict[float, list[dict]]:
+    """λ -> rows, from a regularizers_table.py --write-json file: its runs of λ = 0 and of reg_cos alone."""
+    found: dict[float, list[dict]] = {}
+    for row in json.loads(path.read_text())["runs"]:
+        if row["reg"] == "none" or re.fullmatch(r"reg_cos:[0-9.]+", row["reg"]):
+            lam = 0.0 if row["reg"] == "none" else float(row["reg"].split(":")[1])
+            found.setdefault(lam, []).append(row)
+    return found
+
+
 def spread(rows: dict[float, list[dict]], base: float, other: float) -> dict:
     table = {}
     for metric in METRICS:
@@ -55,12 +70,16 @@ def spread(rows: dict[float, list[dict]], base: float, other: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path)
+    parser.add_argument("runs", type=Path, nargs="?")
+    parser.add_argument("--from-json", type=Path, help="a regularizers_table.py --write-json file, instead of RUNS")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    rows = final_rows(args.runs)
+    if (args.runs is None) == (args.from_json is None):
+        parser.error("give RUNS_DIR or --from-json FILE")
+    rows = rows_from_json(args.from_json) if args.from_json else final_rows(args.runs)
     if len(rows) < 2 or min(len(v) for v in rows.values()) < 2:
-        raise SystemExit(f"need at least 2 finished seeds of 2 λ values under {args.runs}, found {rows.keys()}")
+        source = args.runs or args.from_json
+        raise SystemExit(f"need at least 2 finished seeds of 2 λ values in {source}, found {sorted(rows)}")
     base, other = sorted(rows)[:2]
     table = spread(rows, base, other)
     tokens = {r["tokens"] for v in rows.values() for r in v}

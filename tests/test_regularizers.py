@@ -208,7 +208,7 @@ def tiny_runs(tiny_corpus, tmp_path_factory):
     return root
 
 
-def test_the_regularizers_table_pairs_seeds_and_regenerates_from_its_json(tiny_runs, tmp_path, capsys):
+def test_the_regularizers_table_pairs_seeds_and_regenerates_from_its_json(tiny_runs, tmp_path, capsys, monkeypatch):
     table_script = _benchmark("regularizers_table")
     rows = table_script["collect"](tiny_runs, None)
     assert {(r["name"], r["seed"]) for r in rows} == {(n, s) for n in ("none", "reg_cos", "barlow") for s in (0, 1)}
@@ -225,11 +225,17 @@ def test_the_regularizers_table_pairs_seeds_and_regenerates_from_its_json(tiny_r
 
     saved = tmp_path / "runs.json"
     for argv in ([str(tiny_runs), "--write-json", str(saved)], ["--from-json", str(saved), "--figures", str(tmp_path)]):
-        sys.argv = ["regularizers_table.py", *argv]
+        monkeypatch.setattr(sys, "argv", ["regularizers_table.py", *argv])
         table_script["main"]()
     first, second = capsys.readouterr().out.split("| regularizer | seeds |")[1:]
     assert first == second  # the committed rows give the same table as the checkpoints
     assert (tmp_path / "cone-map.png").stat().st_size > 0 and (tmp_path / "instruments-vs-tokens.png").is_file()
+    # the seed-spread table of λ = 0 against reg_cos reads the same committed rows
+    monkeypatch.setattr(sys, "argv", ["seed_spread.py", "--from-json", str(saved), "--json"])
+    _benchmark("seed_spread")["main"]()
+    spread = json.loads(capsys.readouterr().out)
+    assert spread["seeds"] == {"0.0": 2, "3.0": 2}
+    assert spread["val_loss"]["lambda_0"]["values"] == pytest.approx(none_loss)
 
 
 def test_the_sweep_rule_picks_the_largest_lambda_under_the_cost():
