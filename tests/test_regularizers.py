@@ -248,3 +248,12 @@ def test_the_sweep_rule_picks_the_largest_lambda_under_the_cost():
         "center:0.1": {"val_loss": 7.1},  # +1.4%: nothing qualifies
     }
     assert chosen(records, 1.0) == {"barlow": 1.0, "center": None}
+
+
+def test_the_default_lambdas_are_what_the_rule_picks_from_the_committed_sweep():
+    from pathlib import Path
+
+    sweep = _benchmark("sweep_table")
+    records = sweep["final_records"](Path(__file__).resolve().parents[1] / "docs" / "regularizers" / "sweep")
+    chosen = sweep["chosen_lambdas"](records, 1.0)
+    assert chosen == {name: lam for name, lam in DEFAULT_LAMBDAS.items() if name != "reg_cos"}
