@@ -11,8 +11,10 @@ import numpy as np
 
 from cone.errors import InputError
 
-# Which space of a model: "last" (the model's own output), "emb" (its input embeddings), or the number of a
-# hidden state (1 = after the first block, ...).
+# Which space of a model: "last" (the model's own output), the number of a hidden state (1 = after the first
+# block, ...; 0 = what enters the first block), or "emb": the input embeddings, named apart per family because the
+# published figures are pooled so: for a Transformer its embedding module's output (= hidden state 0); for the cone
+# LMs the rows of the token table alone, no positions (the table reg_cos acts on; their 0 adds the positions).
 Layer = str | int
 
 BACKENDS = ("torch", "onnx", "openvino")

@@ -62,19 +62,16 @@ def load_encoder(
 
 def _load(spec: str, checkpoints: Path | None, runtime: Runtime, data_root: Path | None) -> LayeredEncoder:
     check_model_name(spec)
-    if spec in LM_MODELS:
-        from cone.encoders.lm import LMEncoder
-
-        if runtime != TORCH:
-            raise InputError(f"{spec} runs on torch only (--backend {runtime.backend}: roberta, minilm, st:PATH)")
-
-        if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
-            raise absent
-        return LMEncoder(spec, checkpoints_dir(checkpoints) / spec)
     if spec == "bm25":
         raise InputError("bm25 is a lexical index, not an encoder")
     from cone.encoders import st
 
+    if spec in LM_MODELS:
+        if runtime != TORCH:
+            raise InputError(f"{spec} runs on torch only (--backend {runtime.backend}: roberta, minilm, st:PATH)")
+        if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
+            raise absent
+        return st.language_model(spec, checkpoints_dir(checkpoints) / spec)
     if spec in FINETUNED_MODELS:
         if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
             raise absent

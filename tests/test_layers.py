@@ -32,6 +32,24 @@ def test_lm_layers_from_one_pass_equal_each_layer_alone(tiny_checkpoints):
         encoder.at_layer(3)
 
 
+@pytest.mark.parametrize("name", ["baseline", "regularized"])
+def test_shipped_lm_layers_are_the_masked_mean_of_their_states(name):
+    """The committed checkpoints' vectors, through the sentence-transformers module, against the mean of each
+    sentence's own states (no padding, no pooling module): emb = token-table rows, N = hidden state N."""
+    from cone.models.checkpoint import checkpoints_dir, load_checkpoint
+
+    encoder = load_encoder(name)
+    found = encoder.encode_layers(SENTENCES, ["emb", 0, 1, 4, "last"], batch_size=2)
+    gpt, tokenizer, _ = load_checkpoint(checkpoints_dir() / name)
+    for i, sentence in enumerate(SENTENCES):
+        ids = torch.tensor([tokenizer.encode(sentence).ids])
+        with torch.no_grad():
+            states = gpt.eval().hidden_states(ids)
+            expected = {"emb": gpt.wte(ids), 0: states[0], 1: states[1], 4: states[4], "last": states[-1]}
+        for layer, tokens in expected.items():
+            assert np.allclose(found[layer][i], tokens[0].mean(0).numpy(), atol=1e-5), (sentence, layer)
+
+
 def test_sentence_transformer_layers_are_mean_pooled_hidden_states(tiny_roberta_dir):
     from transformers import AutoModel, AutoTokenizer
 
