@@ -14,6 +14,7 @@ from cone.cli.main import main
 from cone.encoders.registry import load_encoder
 from cone.errors import InputError
 from cone.eval.harness import load_eval_data, run_eval
+from cone.eval.plan import EvalPlan
 from cone.eval.significance import pairs
 from cone.indexing.dense import cache_corpus_layers, corpus_texts, corpus_vectors
 
@@ -114,7 +115,9 @@ def test_eval_layers_all_gives_a_row_per_layer_compared_and_profiled(shared_tiny
 
 def test_a_layer_one_model_lacks_is_an_unavailable_row_not_a_crash(shared_tiny_beir, tiny_checkpoints, tmp_path):
     data = load_eval_data(shared_tiny_beir, "tiny")
-    results = run_eval(["baseline"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False, layers=[1, 5])
+    results = run_eval(
+        data, EvalPlan(("baseline",), tmp_path / "idx", layers=(1, 5), checkpoints=tiny_checkpoints, progress=False)
+    )
     one, five = results
     assert one.available and one.index == "baseline-layer1"
     assert not five.available and "layer 5 of baseline" in five.reason
@@ -123,7 +126,9 @@ def test_a_layer_one_model_lacks_is_an_unavailable_row_not_a_crash(shared_tiny_b
 def test_adjacent_layers_are_paired_in_depth_order(shared_tiny_beir, tiny_checkpoints, tmp_path):
     data = load_eval_data(shared_tiny_beir, "tiny")
     layers = [2, "emb", 1]  # asked out of order: compared by depth
-    results = run_eval(["baseline"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False, layers=layers)
+    results = run_eval(
+        data, EvalPlan(("baseline",), tmp_path / "idx", layers=layers, checkpoints=tiny_checkpoints, progress=False)
+    )
     assert [(a.layer, b.layer) for a, b in pairs(results)] == [("emb", 1), (1, 2)]
 
 
@@ -142,7 +147,7 @@ def test_several_sts_files_are_each_reported_and_averaged(shared_tiny_beir, tiny
     _write_sts(tmp_path / "hundred.csv", [(a, b, float(s) * 20) for a, b, s in pairs_])  # another score scale
     sts = [tmp_path / "five.csv", tmp_path / "hundred.csv"]
     data = load_eval_data(shared_tiny_beir, "tiny", sts_files=sts)
-    (row,) = run_eval(["baseline"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False)
+    (row,) = run_eval(data, EvalPlan(("baseline",), tmp_path / "idx", checkpoints=tiny_checkpoints, progress=False))
     m = row.metrics
     assert m["five_spearman"] == pytest.approx(m["hundred_spearman"])  # Spearman ignores the scale
     assert m["sts_mean_spearman"] == pytest.approx((m["five_spearman"] + m["hundred_spearman"]) / 2)
