@@ -16,11 +16,12 @@ from cone.cli.options import (
     non_negative_int,
     positive_int,
 )
+from cone.cpu import bf16_is_fast
 from cone.data.loaders import data_dir
 from cone.errors import Interrupted
 from cone.models.corpus import default_corpus_files
 from cone.models.gpt import GPTConfig
-from cone.models.train import TrainConfig, bf16_is_fast, train
+from cone.models.train import TrainConfig, train
 
 # (type, help) of each config field the command line exposes; the default comes from the dataclass.
 TRAIN_OPTIONS = {

@@ -52,13 +52,33 @@ TORCH = Runtime()
 LOCAL = "local"
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an encoder's forward passes run: this process (``cluster`` None), or a Ray cluster, described as an
+    index's manifest records it (``cone.encoders.cluster``)."""
+
+    cluster: str | None = None
+
+    @property
+    def on_cluster(self) -> bool:
+        return self.cluster is not None
+
+    @property
+    def tag(self) -> str:
+        """What a manifest's ``encoded_on`` says: LOCAL or the cluster's description."""
+        return self.cluster or LOCAL
+
+
+IN_PROCESS = Placement()
+
+
 class Encoder(Protocol):
     name: str
     dim: int
     layer: Layer
     fingerprint: str  # hash of the weights (and the layer): an index built by other weights is refused
     runtime: Runtime  # what runs the forward pass (the LMs: always torch)
-    encoded_on: str  # LOCAL (this process), or the Ray cluster's description (cone.encoders.cluster)
+    encoded_on: Placement  # this process, or a Ray cluster (cone.encoders.cluster)
 
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray: ...
 

@@ -14,7 +14,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Module, Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
 
-from cone.encoders.base import LOCAL, TORCH, Layer, Runtime, check_layer, files_fingerprint, layer_fingerprint
+from cone.encoders.base import IN_PROCESS, TORCH, Layer, Runtime, check_layer, files_fingerprint, layer_fingerprint
 from cone.encoders.gpt_module import (
     TOKEN_TABLE,
     GPTTokenEmbeddings,
@@ -100,7 +100,7 @@ class SentenceTransformerEncoder:
     ``base.Layer``). ``weights`` is the fingerprint of what runs: the torch weights, or an exported graph under
     ``runtime``."""
 
-    encoded_on = LOCAL
+    encoded_on = IN_PROCESS
 
     def __init__(self, name: str, model, weights: str, layer: Layer = "last", runtime: Runtime = TORCH) -> None:
         self.name = name
