@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cone.cpu import cpu_flags
 from cone.data.loaders import data_dir, doc_text, load_beir
 from cone.encoders.base import BACKENDS, SUPPORTED, TORCH, Runtime
 from cone.encoders.registry import load_encoder
@@ -95,7 +96,7 @@ def main() -> None:
             row |= {"min_cos_vs_fp32": float(cos.min()), "max_abs_diff": float(np.abs(vectors - fp32).max())}
             row["matmul_precisions"] = matmul_precisions(encoder) if encoder.runtime.backend == "openvino" else {}
         rows.append(row)
-    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").is_file() else set()
+    flags = cpu_flags()
     result = {
         "model": args.model,
         "docs": len(texts),

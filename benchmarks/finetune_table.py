@@ -20,6 +20,7 @@ import numpy as np
 
 from cone.data.loaders import data_dir
 from cone.eval.harness import load_eval_data, run_eval
+from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult, Samples
 from cone.eval.significance import compare_pairs
 
@@ -64,7 +65,7 @@ def main() -> None:
         raise SystemExit(f"need two starting points with at least 2 seeds each under {args.runs}")
     data = load_eval_data(data_dir(args.data_dir), "scifact")
     models = [*REFERENCES, *(f"st:{run}" for runs in starts.values() for run in runs)]
-    results = run_eval(models, list(POSTPROCESS), data, args.indexes, progress=False)
+    results = run_eval(data, EvalPlan(tuple(models), args.indexes, tuple(POSTPROCESS), progress=False))
     table, groups = [], {}
     for spec in POSTPROCESS:
         for name in REFERENCES:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cone.cpu import cpu_name
+
 BASELINE = "3f4a745"  # geometry/instruments.py before the one-pass rewrite
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,13 +90,6 @@ def child(n: int, d: int, path: str, profile: bool, blas_threads: int | None) ->
 def parse_shape(text: str) -> tuple[int, int]:
     n, d = (int(part) for part in text.lower().split("x"))
     return n, d
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def main() -> None:

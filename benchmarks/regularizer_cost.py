@@ -16,20 +16,13 @@ import json
 import statistics
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
+from cone.cpu import bf16_is_fast, cpu_name
 from cone.geometry.regularizer import TERMS, regularizer_terms
 from cone.models.gpt import GPT, GPTConfig
-from cone.models.train import TrainConfig, bf16_is_fast, make_optimizer, train_step
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+from cone.models.train import TrainConfig, make_optimizer, train_step
 
 
 def term_alone_s(weight: torch.Tensor, name: str, rows: int, steps: int) -> float:

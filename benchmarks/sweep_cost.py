@@ -19,11 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from cone.cli.eval import evaluate_and_report
-from cone.cli.options import comma_list, factory_list
 from cone.data.loaders import data_dir
 from cone.eval.harness import load_eval_data
+from cone.eval.plan import EvalPlan
+from cone.eval.sweep import evaluate_and_report
 from cone.indexing.dense import CACHE_ENV
+from cone.indexing.factory import parse_factory_list
 
 SWEEP = "none,cone:0.5,cone:0.9,cone:0.99,cone:0.999,cone:0.99+center,cone:0.99+whiten,rogue:2:30"
 
@@ -35,17 +36,14 @@ def timed_run(data, model: str, specs: list[str], factories: list[str], out: Pat
         os.environ[CACHE_ENV] = str(Path(scratch) / "cache")
         try:
             start = time.perf_counter()
-            _, _, results = evaluate_and_report(
-                data,
-                [model],
-                specs,
-                out,
-                Path(scratch) / "indexes",
-                None,
-                False,
-                factories=tuple(factories),
-                command=command,
+            plan = EvalPlan(
+                models=(model,),
+                indexes=Path(scratch) / "indexes",
+                postprocesses=specs,
+                factories=factories,
+                progress=False,
             )
+            results = evaluate_and_report(data, plan, out, command).results
             seconds = time.perf_counter() - start
         finally:
             if saved is None:
@@ -55,17 +53,17 @@ def timed_run(data, model: str, specs: list[str], factories: list[str], out: Pat
     return seconds, sum(r.available for r in results)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--dataset", default="scifact")
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--postprocess", type=comma_list, default=comma_list(SWEEP))
-    parser.add_argument("--index-factory", type=factory_list, default=factory_list("Flat,SQ8,PQ32"))
+    parser.add_argument("--postprocess", type=lambda text: text.split(","), default=SWEEP.split(","))
+    parser.add_argument("--index-factory", type=parse_factory_list, default=parse_factory_list("Flat,SQ8,PQ32"))
     parser.add_argument("--out", type=Path, default=None, help="keep the sweep's report here (default: discarded)")
     parser.add_argument("--quick", action="store_true", help="the eval's quick subset (not the benchmark's figure)")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     data = load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick)
     cli = ["eval", "--models", args.model, "--dataset", args.dataset] + (["--quick"] if args.quick else [])
     with tempfile.TemporaryDirectory(prefix="cone-sweep-report-") as scratch:

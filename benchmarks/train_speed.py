@@ -14,8 +14,9 @@ import time
 import torch
 import torch.nn.functional as F
 
+from cone.cpu import bf16_is_fast
 from cone.models.gpt import GPT, GPTConfig
-from cone.models.train import TrainConfig, bf16_is_fast, make_optimizer, train_step
+from cone.models.train import TrainConfig, make_optimizer, train_step
 
 
 def plain_fp32_step(model: GPT, opt: torch.optim.Optimizer, x: torch.Tensor) -> float:

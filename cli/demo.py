@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cone.cli.eval import evaluate_and_report, summary
+from cone.cli.eval import announce_skips, summary, this_command
 from cone.cli.geometry import render_checkpoint, render_synthetic
 from cone.cli.options import (
     add_checkpoints_option,
@@ -19,6 +19,8 @@ from cone.cli.serve import add_listen_options, check_listen, serve
 from cone.data.loaders import data_dir
 from cone.encoders.registry import LM_MODELS, MODEL_NAMES, missing
 from cone.eval.harness import load_eval_data
+from cone.eval.plan import EvalPlan
+from cone.eval.sweep import evaluate_and_report
 from cone.geometry.synthetic import synthetic_report
 from cone.models.analysis import checkpoint_report
 from cone.models.checkpoint import checkpoints_dir
@@ -69,10 +71,15 @@ def run_demo(args: argparse.Namespace) -> int:
     out = args.out / args.dataset
     print(f"\n== 3. Indexes for every model and the eval report ({out}) ==", flush=True)
     data = load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick)
-    _, files, results = evaluate_and_report(
-        data, args.models, args.postprocess, out / "eval", out / "indexes", args.checkpoints, not args.no_progress
+    plan = EvalPlan(
+        models=args.models,
+        indexes=out / "indexes",
+        postprocesses=args.postprocess,
+        checkpoints=args.checkpoints,
+        progress=not args.no_progress,
     )
-    print(summary(results, files))
+    done = evaluate_and_report(data, plan, out / "eval", this_command(), announce_skips())
+    print(summary(done.results, done.files))
     if args.no_serve:
         return 0
     print("\n== 4. The search service (Ctrl-C stops it) ==")

@@ -20,7 +20,7 @@ from cone.cli.options import (
 )
 from cone.data.loaders import load_beir, read_documents
 from cone.encoders.base import Runtime
-from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
+from cone.encoders.registry import MODEL_NAMES, check_model_name, is_lexical, load_encoder
 from cone.errors import InputError
 from cone.eval import doctor
 from cone.eval.figures import doctor_figure
@@ -92,8 +92,8 @@ def _sample(args: argparse.Namespace) -> doctor.Sample:
     if args.corpus is None:
         raise InputError("--model needs --corpus (a BEIR folder, a .jsonl or a text file of documents)")
     check_model_name(args.model)
-    if args.model == "bm25":
-        raise InputError("bm25 has no vectors to doctor; name a dense model")
+    if is_lexical(args.model):
+        raise InputError(f"{args.model} has no vectors to doctor; name a dense model")
     documents = read_documents(args.corpus)  # a bad corpus is refused before the model loads
     is_beir = args.corpus.is_dir() and (args.corpus / "qrels" / "test.tsv").is_file()
     dataset = load_beir(args.corpus.parent, str(args.corpus.resolve())) if is_beir else None

@@ -27,15 +27,14 @@ from cone.cli.options import (
     unique_list,
 )
 from cone.data.loaders import data_dir
-from cone.encoders.base import TORCH, Layer, Runtime
-from cone.encoders.cluster import RayOptions
 from cone.encoders.registry import MODEL_NAMES
 from cone.errors import InputError
 from cone.eval import report
 from cone.eval.figures import FIGURES
-from cone.eval.harness import EvalData, load_eval_data, run_eval
+from cone.eval.harness import load_eval_data
+from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult, sts_keys
-from cone.eval.significance import compare
+from cone.eval.sweep import evaluate_and_report
 from cone.indexing.factory import STORES, store_types
 from cone.output import dump_json, table
 
@@ -132,43 +131,9 @@ def announce_skips() -> Callable[[EvalResult], None]:
     return announce
 
 
-def evaluate_and_report(
-    data: EvalData,
-    models: list[str],
-    postprocesses: list[str],
-    out: Path,
-    indexes: Path,
-    checkpoints: Path | None,
-    progress: bool,
-    layers: list[Layer] | str = ("last",),
-    factories: tuple[str, ...] = ("Flat",),
-    search_params: str = "",
-    command: str | None = None,
-    runtime_list: tuple[Runtime, ...] = (TORCH,),
-    data_root: Path | None = None,
-    ray: RayOptions | None = None,
-) -> tuple[dict, report.ReportFiles, list[EvalResult]]:
-    """The eval and its report files; what `cone eval` and `cone demo` share. ``command``: what the report
-    says produced it (default this process's command line)."""
-    results = run_eval(
-        models,
-        postprocesses,
-        data,
-        indexes,
-        checkpoints,
-        progress,
-        announce_skips(),
-        layers,
-        factories,
-        search_params,
-        runtime_list,
-        data_root,
-        ray,
-    )
-    comparisons = compare(results, {name: pairs.scores for name, pairs in data.sts.items()})
-    command = command or "cone " + shlex.join(sys.argv[1:])
-    payload = report.payload(data.dataset.name, data.quick, results, command, comparisons)
-    return payload, report.write_report(out, payload, results), results
+def this_command() -> str:
+    """This process's command line, as a report says what produced it."""
+    return "cone " + shlex.join(sys.argv[1:])
 
 
 def summary(results: list[EvalResult], files: report.ReportFiles) -> str:
@@ -187,21 +152,20 @@ def run_eval_command(args: argparse.Namespace) -> int:
     chosen_runtimes = runtimes(args.backend, args.quantize)
     data = load_eval_data(root, args.dataset, quick=args.quick, with_sts=not args.no_sts, sts_files=args.sts)
     ray = ray_options(args)
+    plan = EvalPlan(
+        models=args.models,
+        indexes=args.indexes or args.out / "indexes",
+        postprocesses=args.postprocess,
+        layers=args.layers,
+        factories=(*args.index_factory, *(t for s in args.store for t in store_types(s))),
+        search_params=args.search_params,
+        runtimes=chosen_runtimes,
+        checkpoints=args.checkpoints,
+        data_root=root,
+        ray=ray,
+        progress=not args.no_progress,
+    )
     with ray_session(ray):
-        payload, files, results = evaluate_and_report(
-            data,
-            args.models,
-            args.postprocess,
-            args.out,
-            args.indexes or args.out / "indexes",
-            args.checkpoints,
-            not args.no_progress,
-            args.layers,
-            tuple(dict.fromkeys([*args.index_factory, *(t for s in args.store for t in store_types(s))])),
-            args.search_params,
-            runtime_list=chosen_runtimes,
-            data_root=root,
-            ray=ray,
-        )
-    print(dump_json(payload) if args.json else summary(results, files))
+        done = evaluate_and_report(data, plan, args.out, this_command(), announce_skips())
+    print(dump_json(done.payload) if args.json else summary(done.results, done.files))
     return 0

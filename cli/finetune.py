@@ -15,11 +15,11 @@ from cone.cli.options import (
     non_negative_int,
     positive_int,
 )
+from cone.cpu import bf16_is_fast
 from cone.data.loaders import data_dir
 from cone.encoders.finetune import SOURCES, FinetuneConfig, finetune
 from cone.errors import InputError
 from cone.models.checkpoint import resolve_checkpoint
-from cone.models.train import bf16_is_fast
 
 DEFAULTS = {f.name: f.default for f in fields(FinetuneConfig)}
 

@@ -23,7 +23,7 @@ from cone.cli.options import (
 from cone.data.loaders import data_dir, dataset_folder, load_corpus
 from cone.encoders.base import Runtime
 from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions
-from cone.encoders.registry import MODEL_NAMES, check_model_name, load_encoder
+from cone.encoders.registry import LEXICAL, MODEL_NAMES, check_model_name, is_lexical, load_encoder
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing import store
@@ -104,15 +104,16 @@ def run_index(args: argparse.Namespace) -> int:
     runtime = Runtime(args.backend, args.quantize)
     check_model_name(args.model)
     ray = ray_options(args)
-    if args.model == "bm25" and (postprocess != "none" or runtime.tag != "torch" or args.stream or ray or args.store):
+    lexical = is_lexical(args.model)
+    if lexical and (postprocess != "none" or runtime.tag != "torch" or args.stream or ray or args.store):
         raise InputError(
             "--postprocess, --backend, --quantize, --stream, --ray and --store apply to dense models, not bm25"
         )
     args.index_factory = for_store(args.index_factory, args.store)
     root = data_dir(args.data_dir)
     progress = not args.no_progress
-    if args.model == "bm25":
-        out = build_bm25(load_corpus(root, args.dataset), args.out / "bm25", progress)
+    if lexical:
+        out = build_bm25(load_corpus(root, args.dataset), args.out / LEXICAL, progress)
     else:
         with ray_session(ray):
             out = _build_dense(args, postprocess, runtime, root, ray, progress)

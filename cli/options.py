@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -12,7 +11,7 @@ from cone.data.loaders import DATA_DIR_ENV
 from cone.encoders.base import BACKENDS, QUANTIZATIONS, SUPPORTED, Runtime
 from cone.encoders.cluster import ACTORS_START_S, RayOptions, connected
 from cone.errors import InputError
-from cone.indexing.factory import parse_factory, parse_search_params
+from cone.indexing.factory import parse_factory, parse_factory_list, parse_search_params
 from cone.models.checkpoint import CHECKPOINTS_ENV
 
 
@@ -85,9 +84,6 @@ def _parse(text: str, kind: type, what: str) -> int | float:
 
 
 # FAISS factory components that need the next one (IVF256 needs its code: IVF256,Flat); the comma is FAISS's own.
-_FACTORY_PREFIX = re.compile(r"^(IVF\d+(_HNSW\d+)?|IMI\d+x\d+|OPQ\d+(_\d+)?|PCAR?\d+|RR\d+|L2norm)$")
-
-
 def index_factory(text: str) -> str:
     """One index type (cone.indexing.factory), checked when the command line is read, before any work."""
     try:
@@ -106,19 +102,12 @@ def checked_search_params(text: str) -> str:
 
 
 def factory_list(text: str) -> list[str]:
-    """Comma- (or ;-) separated index types: Flat,SQ8,PQ32,IVF256,Flat,BIN -> [..., 'IVF256,Flat', 'BIN']."""
-    factories: list[str] = []
-    if ";" in text:
-        factories = [t.strip() for t in text.split(";") if t.strip()]
-    for token in [] if factories else comma_list(text):
-        if factories and _FACTORY_PREFIX.match(factories[-1].split(",")[-1]):
-            factories[-1] += f",{token}"
-        else:
-            factories.append(token)
-    factories = [index_factory(factory) for factory in factories]
-    if "Flat" not in factories:
-        factories.insert(0, "Flat")  # the exact reference every other factory is measured against
-    return factories
+    """Comma- (or ;-) separated index types (``cone.indexing.factory.parse_factory_list``), checked when the
+    command line is read."""
+    try:
+        return parse_factory_list(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_int(text: str) -> int:

@@ -17,12 +17,13 @@ from cone.cli.options import (
     non_negative_int,
     positive_int,
 )
+from cone.cpu import bf16_is_fast
 from cone.data.loaders import data_dir
 from cone.errors import InputError, Interrupted
 from cone.geometry.regularizer import SIGREG_LOSS_DIRECTIONS, TERMS, UNIFORMITY_T
 from cone.models.corpus import default_corpus_files
 from cone.models.gpt import GPTConfig
-from cone.models.train import DEFAULT_LAMBDAS, DEFAULT_REG_COS, TrainConfig, bf16_is_fast, parse_regularizers, train
+from cone.models.train import DEFAULT_LAMBDAS, DEFAULT_REG_COS, TrainConfig, parse_regularizers, train
 
 # (type, help) of each config field the command line exposes; the default comes from the dataclass.
 TRAIN_OPTIONS = {

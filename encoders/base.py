@@ -11,8 +11,10 @@ import numpy as np
 
 from cone.errors import InputError
 
-# Which space of a model: "last" (the model's own output), "emb" (its input embeddings), or the number of a
-# hidden state (1 = after the first block, ...).
+# Which space of a model: "last" (the model's own output), the number of a hidden state (1 = after the first
+# block, ...; 0 = what enters the first block), or "emb": the input embeddings, named apart per family because the
+# published figures are pooled so: for a Transformer its embedding module's output (= hidden state 0); for the cone
+# LMs the rows of the token table alone, no positions (the table reg_cos acts on; their 0 adds the positions).
 Layer = str | int
 
 BACKENDS = ("torch", "onnx", "openvino")
@@ -50,13 +52,33 @@ TORCH = Runtime()
 LOCAL = "local"
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an encoder's forward passes run: this process (``cluster`` None), or a Ray cluster, described as an
+    index's manifest records it (``cone.encoders.cluster``)."""
+
+    cluster: str | None = None
+
+    @property
+    def on_cluster(self) -> bool:
+        return self.cluster is not None
+
+    @property
+    def tag(self) -> str:
+        """What a manifest's ``encoded_on`` says: LOCAL or the cluster's description."""
+        return self.cluster or LOCAL
+
+
+IN_PROCESS = Placement()
+
+
 class Encoder(Protocol):
     name: str
     dim: int
     layer: Layer
     fingerprint: str  # hash of the weights (and the layer): an index built by other weights is refused
     runtime: Runtime  # what runs the forward pass (the LMs: always torch)
-    encoded_on: str  # LOCAL (this process), or the Ray cluster's description (cone.encoders.cluster)
+    encoded_on: Placement  # this process, or a Ray cluster (cone.encoders.cluster)
 
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray: ...
 

@@ -1,9 +1,10 @@
 """Encoding on a Ray cluster: the corpus becomes a Ray Dataset, ``map_batches`` runs it through a pool of
 actors that each load the encoder once, and the vectors come back to this process in corpus order.
 
-Only ``--ray`` imports this module, and only its functions import Ray: without the option nothing about
-Ray is loaded. Every node must have cone installed and the encoder's files at the same paths (the shipped
-checkpoints and the pip-installed MiniLM are; an ``st:PATH`` or ``--checkpoints`` folder must be copied).
+Only this module's functions import Ray (the modules that name its types import it, not Ray): without
+``--ray`` nothing about Ray is loaded. Every node must have cone installed and the encoder's files at the same
+paths (the shipped checkpoints and the pip-installed MiniLM are; an ``st:PATH`` or ``--checkpoints`` folder must be
+copied).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from cone.data.loaders import corpus_line, doc_text
-from cone.encoders.base import TORCH, Layer, LayeredEncoder, Runtime
+from cone.encoders.base import TORCH, Layer, LayeredEncoder, Placement, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import ClusterError, ConeError, InputError
 
@@ -351,7 +352,7 @@ class RayEncoder:
         self.local, self.recipe, self.options = local, recipe, options
         self.name, self.dim, self.layer = local.name, local.dim, local.layer
         self.fingerprint, self.runtime = local.fingerprint, local.runtime
-        self.encoded_on = options.description
+        self.encoded_on = Placement(options.description)
 
     def all_layers(self) -> list[Layer]:
         return self.local.all_layers()

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 from sentence_transformers import SentenceTransformer
 
+from cone.cpu import bf16_is_fast, cpu_flags
 from cone.data.loaders import lm_text_files
 from cone.encoders.base import Runtime, files_fingerprint
 from cone.errors import InputError, ModelUnavailable
 from cone.models.corpus import read_documents
-from cone.models.train import bf16_is_fast
 
 EXPORT_DIR_ENV = "CONE_EXPORT_DIR"
 CALIBRATION_SENTENCES = 300  # NNCF's default subset size for static int8 calibration
@@ -50,16 +50,9 @@ def export_dir() -> Path:
     return Path(os.environ.get(EXPORT_DIR_ENV, Path.home() / ".cache" / "cone" / "exports"))
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        return set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return set()
-
-
 def _onnx_isa() -> str:
     """The instruction set sentence-transformers' dynamic int8 ONNX config targets on this CPU."""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     return "avx512_vnni" if "avx512_vnni" in flags else "avx512" if "avx512f" in flags else "avx2"
 
 

@@ -64,7 +64,7 @@ def _normal(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def held_out_texts(root: Path) -> set[str]:
+def measured_split_texts(root: Path) -> set[str]:
     """Every text of the splits that are measured, never trained on (normalized): STS-B dev and test sentences
     and the SciFact test claims. lmtext shares sentences with STS-B (both draw on the MSR paraphrase corpus:
     238 of STS-B test's sentences are lmtext lines), and two SciFact claims occur in both train and test."""
@@ -81,8 +81,8 @@ def held_out_texts(root: Path) -> set[str]:
 
 def training_pairs(root: Path, cfg: FinetuneConfig) -> dict[str, dict[str, list]]:
     """Each source's columns (anchor, positive[, score]), in a fixed order: train splits only, and no text that
-    a measured split holds (``held_out_texts``)."""
-    held_out = held_out_texts(root)
+    a measured split holds (``measured_split_texts``)."""
+    held_out = measured_split_texts(root)
     found: dict[str, dict[str, list]] = {}
     if "scifact" in cfg.sources:
         train = load_beir(root, "scifact", split="train")

@@ -1,5 +1,6 @@
 """The project's GPT as a sentence-transformers input module: texts in, token embeddings (its final hidden
-states) out; sentence-transformers' ``Pooling`` and ``encode``, losses and trainer do the rest.
+states) out; sentence-transformers' ``Pooling`` and ``encode``, losses and trainer do the rest. Every cone LM
+encodes through it: the pre-trained checkpoints (``cone.encoders.registry``) and the fine-tuned ones.
 
 Saved, the module's folder is a cone checkpoint (fp16 safetensors, config.json, tokenizer.json, token counts),
 so a fine-tuned encoder is also a checkpoint that ``cone geometry checkpoint`` reads; sentence-transformers adds
@@ -27,17 +28,33 @@ MODULE_TYPE = f"{__name__}.GPTTokenEmbeddings"  # how modules.json names the cla
 ST_CONFIG = "config_sentence_transformers.json"  # prompts, similarity function, truncation: kept on reload
 ST_SETTINGS = ("prompts", "default_prompt_name", "similarity_fn_name", "truncate_dim")
 FINETUNE_FIX = "cone finetune --from CHECKPOINT --out DIR"
+# The features key of the token-table rows of each token, no position added: what the LMs' layer ``emb`` pools
+# (the table reg_cos acts on). Their hidden state 0 (``all_layer_embeddings[0]``) is tokens + positions.
+TOKEN_TABLE = "token_table_embeddings"
 
 
 class GPTTokenEmbeddings(InputModule):
-    """Padded token ids -> the GPT's final hidden states as ``token_embeddings``. ``tokens_seen`` counts the real
-    (unpadded) tokens of every training forward pass: the fine-tune's token accounting."""
+    """Padded token ids -> the GPT's final hidden states as ``token_embeddings``, every hidden state as
+    ``all_layer_embeddings`` (as a Transformer module gives them with ``output_hidden_states``). ``tokens_seen``
+    counts the real (unpadded) tokens of every training forward pass: the fine-tune's token accounting.
+
+    Module options (never saved): ``token_table`` adds the token-table rows as ``TOKEN_TABLE``; ``blocks`` False
+    skips the blocks (no hidden states): for pooling the token table alone."""
 
     save_in_root = True
 
-    def __init__(self, gpt: GPT, tokenizer: Tokenizer, token_counts: torch.Tensor, meta: dict) -> None:
+    def __init__(
+        self,
+        gpt: GPT,
+        tokenizer: Tokenizer,
+        token_counts: torch.Tensor,
+        meta: dict,
+        token_table: bool = False,
+        blocks: bool = True,
+    ) -> None:
         super().__init__()
         self.gpt, self.tokenizer, self.token_counts, self.meta = gpt, tokenizer, token_counts, meta
+        self.token_table, self.blocks = token_table, blocks
         self.max_len = gpt.cfg.block_size
         self.pad_id = gpt.cfg.pad_id
         self.tokens_seen = 0
@@ -46,17 +63,24 @@ class GPTTokenEmbeddings(InputModule):
     def get_embedding_dimension(self) -> int:
         return self.gpt.cfg.n_embd
 
+    def with_outputs(self, token_table: bool, blocks: bool) -> GPTTokenEmbeddings:
+        """The same weights and tokenizer (shared, not copied) with other module options."""
+        return GPTTokenEmbeddings(self.gpt, self.tokenizer, self.token_counts, self.meta, token_table, blocks)
+
     def preprocess(self, inputs, prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
         texts = [prompt + text for text in inputs] if prompt else list(inputs)
         ids, mask = padded_batch(self.tokenizer, texts, self.max_len, self.pad_id)
         return {"input_ids": ids, "attention_mask": mask}
 
     def forward(self, features: dict, **kwargs) -> dict:
-        mask = features["attention_mask"]
+        ids, mask = features["input_ids"], features["attention_mask"]
         if self.training:
             self.tokens_seen += int(mask.sum())
-        states = self.gpt.hidden_states(features["input_ids"], mask.bool(), self.dropout)
-        features["token_embeddings"] = states[-1]
+        if self.token_table:
+            features[TOKEN_TABLE] = self.gpt.wte(ids)
+        if self.blocks:
+            states = self.gpt.hidden_states(ids, mask.bool(), self.dropout)
+            features["token_embeddings"], features["all_layer_embeddings"] = states[-1], states
         return features
 
     def save(self, output_path: str, *args, **kwargs) -> None:
@@ -71,8 +95,8 @@ class GPTTokenEmbeddings(InputModule):
 
 
 def sentence_model(checkpoint: Path) -> SentenceTransformer:
-    """A cone checkpoint as a sentence-transformers model: GPT token embeddings + mean Pooling (the LM encoder's
-    pooling: the padding-masked mean of the final states)."""
+    """A cone checkpoint as a sentence-transformers model: GPT token embeddings + mean Pooling (the padding-masked
+    mean of the final states)."""
     module = GPTTokenEmbeddings.load(str(checkpoint))
     pooling = Pooling(module.get_embedding_dimension(), pooling_mode="mean")
     return SentenceTransformer(modules=[module, pooling], device="cpu")

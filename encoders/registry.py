@@ -1,4 +1,5 @@
-"""Model names -> encoders. ``bm25`` is lexical and lives in ``cone.indexing.lexical``."""
+"""Model names -> encoders. One name, ``LEXICAL`` (bm25), is no encoder: the lexical index of
+``cone.indexing.lexical``, a row of every eval and a model ``cone index`` builds; ``is_lexical`` tells it apart."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from cone.encoders.base import TORCH, Layer, LayeredEncoder, Runtime
 from cone.errors import InputError, ModelUnavailable
 from cone.models.checkpoint import FINETUNED_MODELS, LM_MODELS, checkpoints_dir
 
-MODEL_NAMES = (*LM_MODELS, *FINETUNED_MODELS, "roberta", "minilm", "bm25")
+LEXICAL = "bm25"
+MODEL_NAMES = (*LM_MODELS, *FINETUNED_MODELS, "roberta", "minilm", LEXICAL)
+
+
+def is_lexical(spec: str) -> bool:
+    """Whether ``spec`` names the lexical index (no vectors, no layers, no runtime, no post-processing)."""
+    return spec == LEXICAL
 
 
 def check_model_name(spec: str) -> None:
@@ -62,19 +69,16 @@ def load_encoder(
 
 def _load(spec: str, checkpoints: Path | None, runtime: Runtime, data_root: Path | None) -> LayeredEncoder:
     check_model_name(spec)
-    if spec in LM_MODELS:
-        from cone.encoders.lm import LMEncoder
-
-        if runtime != TORCH:
-            raise InputError(f"{spec} runs on torch only (--backend {runtime.backend}: roberta, minilm, st:PATH)")
-
-        if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
-            raise absent
-        return LMEncoder(spec, checkpoints_dir(checkpoints) / spec)
-    if spec == "bm25":
-        raise InputError("bm25 is a lexical index, not an encoder")
+    if is_lexical(spec):
+        raise InputError(f"{spec} is a lexical index, not an encoder")
     from cone.encoders import st
 
+    if spec in LM_MODELS:
+        if runtime != TORCH:
+            raise InputError(f"{spec} runs on torch only (--backend {runtime.backend}: roberta, minilm, st:PATH)")
+        if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
+            raise absent
+        return st.language_model(spec, checkpoints_dir(checkpoints) / spec)
     if spec in FINETUNED_MODELS:
         if (absent := _checkpoint_missing(spec, checkpoints)) is not None:
             raise absent

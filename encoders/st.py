@@ -1,4 +1,4 @@
-"""Transformer encoders through sentence-transformers: Transformer + mean Pooling modules."""
+"""Every dense encoder through sentence-transformers: a Transformer (or the cone GPT's module) + mean Pooling."""
 
 from __future__ import annotations
 
@@ -12,10 +12,18 @@ import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Module, Transformer
+from sentence_transformers.sentence_transformer.modules import Pooling
 
-from cone.encoders.base import LOCAL, TORCH, Layer, Runtime, check_layer, files_fingerprint, layer_fingerprint
-from cone.encoders.gpt_module import is_gpt_sentence_model, load_sentence_model
+from cone.encoders.base import IN_PROCESS, TORCH, Layer, Runtime, check_layer, files_fingerprint, layer_fingerprint
+from cone.encoders.gpt_module import (
+    TOKEN_TABLE,
+    GPTTokenEmbeddings,
+    is_gpt_sentence_model,
+    load_sentence_model,
+    sentence_model,
+)
 from cone.errors import InputError, ModelUnavailable
+from cone.models.checkpoint import WEIGHTS
 
 # Nothing may be downloaded at run time: a missing model must fail fast, not hang or fetch. Passed to every
 # load (instead of setting HF_HUB_OFFLINE for the whole process).
@@ -51,22 +59,32 @@ def _weight_files(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.suffix in {".safetensors", ".bin"} and p.is_file()]
 
 
+# Where a layer's token states are in the features: a hidden state's number in ``all_layer_embeddings``, or a
+# features key (``TOKEN_TABLE``: the cone LMs' ``emb``).
+StateSource = int | str
+
+
 class LayerMeans(Module):
-    """A sentence-transformers module: the padding-masked mean of each chosen hidden state of the Transformer
-    before it, side by side in one (batch, states x dim) vector, so one forward pass (with ST's batching and
-    length sorting) yields every layer."""
+    """A sentence-transformers module: sentence-transformers' mean ``Pooling`` (the one padding-masked mean) of each
+    chosen token state of the input module before it, side by side in one (batch, states x dim) vector, so one
+    forward pass (with ST's batching and length sorting) yields every layer."""
 
-    config_keys = ["states"]
+    config_keys = ["sources"]
 
-    def __init__(self, states: list[int]) -> None:
+    def __init__(self, sources: list[StateSource], dim: int) -> None:
         super().__init__()
-        self.states = states
+        self.sources = sources
+        self.pooling = Pooling(dim, pooling_mode="mean")
 
     def forward(self, features: dict, **kwargs) -> dict:
-        hidden = features["all_layer_embeddings"]
-        mask = features["attention_mask"].unsqueeze(-1).to(hidden[0].dtype)
-        count = mask.sum(1).clamp_min(1.0)
-        features["sentence_embedding"] = torch.cat([(hidden[s] * mask).sum(1) / count for s in self.states], dim=1)
+        def tokens(source: StateSource) -> torch.Tensor:
+            return features[source] if isinstance(source, str) else features["all_layer_embeddings"][source]
+
+        pooled = [
+            self.pooling({"token_embeddings": tokens(s), "attention_mask": features["attention_mask"]})
+            for s in self.sources
+        ]
+        features["sentence_embedding"] = torch.cat([p["sentence_embedding"] for p in pooled], dim=1)
         return features
 
     def save(self, output_path: str, *args, **kwargs) -> None:
@@ -74,13 +92,15 @@ class LayerMeans(Module):
 
 
 class SentenceTransformerEncoder:
-    """Any sentence-transformers model; ``mean_pooling_of`` builds Transformer + mean Pooling.
+    """Any sentence-transformers model; ``mean_pooling_of`` builds Transformer + mean Pooling, ``language_model``
+    the cone GPT's module + mean Pooling.
 
     ``layer`` "last" is the model's own output (its pooling, its normalization); "emb" or a block number is
-    the mean of that hidden state of its Transformer, before any pooling or normalization module.
-    ``weights`` is the fingerprint of what runs: the torch weights, or an exported graph under ``runtime``."""
+    the mean of that token state of its input module, before any pooling or normalization module (``emb``:
+    ``base.Layer``). ``weights`` is the fingerprint of what runs: the torch weights, or an exported graph under
+    ``runtime``."""
 
-    encoded_on = LOCAL
+    encoded_on = IN_PROCESS
 
     def __init__(self, name: str, model, weights: str, layer: Layer = "last", runtime: Runtime = TORCH) -> None:
         self.name = name
@@ -93,14 +113,30 @@ class SentenceTransformerEncoder:
         self.layer = check_layer(name, layer, self._blocks() if layer != "last" else 0)
         self.fingerprint = layer_fingerprint(weights, self.layer)
 
-    def _transformer(self) -> Transformer:
+    def _input_module(self) -> Transformer | GPTTokenEmbeddings:
         first = self.model[0]
+        if isinstance(first, GPTTokenEmbeddings):
+            return first
         if not isinstance(first, Transformer) or not hasattr(first.model.config, "num_hidden_layers"):
             raise InputError(f"{self.name}: its first module is not a layered Transformer; only --layer last applies")
         return first
 
     def _blocks(self) -> int:
-        return int(self._transformer().model.config.num_hidden_layers)
+        first = self._input_module()
+        return first.gpt.cfg.n_layer if isinstance(first, GPTTokenEmbeddings) else first.model.config.num_hidden_layers
+
+    def _source(self, layer: Layer) -> StateSource:
+        if layer != "emb":
+            return int(layer)
+        return TOKEN_TABLE if isinstance(self._input_module(), GPTTokenEmbeddings) else 0
+
+    def _states_module(self, sources: list[StateSource]) -> Transformer | GPTTokenEmbeddings:
+        """The input module, sharing its loaded weights, set to give the token states ``sources`` name."""
+        first = self._input_module()
+        if isinstance(first, GPTTokenEmbeddings):
+            return first.with_outputs(TOKEN_TABLE in sources, any(isinstance(s, int) for s in sources))
+        first.model.config.output_hidden_states = True  # Transformer then adds all_layer_embeddings
+        return first
 
     def all_layers(self) -> list[Layer]:
         return ["emb", *range(1, self._blocks() + 1)] if self.runtime == TORCH else ["last"]
@@ -108,13 +144,13 @@ class SentenceTransformerEncoder:
     def at_layer(self, layer: Layer) -> SentenceTransformerEncoder:
         return SentenceTransformerEncoder(self.name, self.model, self.weights, layer, self.runtime)
 
-    def _encode_states(self, texts: list[str], states: list[int], batch_size: int, progress: bool) -> np.ndarray:
-        transformer = self._transformer()
-        transformer.model.config.output_hidden_states = True  # Transformer then adds all_layer_embeddings
-        # Sharing the loaded Transformer module: no second copy of the weights.
-        pooled = SentenceTransformer(modules=[transformer, LayerMeans(states)], device=self.model.device)
+    def _encode_states(
+        self, texts: list[str], sources: list[StateSource], batch_size: int, progress: bool
+    ) -> np.ndarray:
+        modules = [self._states_module(sources), LayerMeans(sources, self.dim)]
+        pooled = SentenceTransformer(modules=modules, device=self.model.device)
         vectors = pooled.encode(texts, batch_size=batch_size, show_progress_bar=progress, convert_to_numpy=True)
-        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), len(states), -1)
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), len(sources), -1)
 
     def encode_layers(
         self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False
@@ -126,8 +162,7 @@ class SentenceTransformerEncoder:
             out["last"] = np.asarray(vectors, dtype=np.float32)
         inner = [layer for layer in layers if layer != "last"]
         if inner:
-            states = [0 if layer == "emb" else int(layer) for layer in inner]
-            stacked = self._encode_states(texts, states, batch_size, progress)
+            stacked = self._encode_states(texts, [self._source(layer) for layer in inner], batch_size, progress)
             out |= {layer: np.ascontiguousarray(stacked[:, i]) for i, layer in enumerate(inner)}
         return {layer: out[layer] for layer in layers}
 
@@ -147,12 +182,16 @@ def _run_by(
     return SentenceTransformerEncoder(name, exported, fingerprint, runtime=runtime)
 
 
+def language_model(name: str, checkpoint: Path) -> SentenceTransformerEncoder:
+    """A cone LM checkpoint (baseline, regularized): its GPT module + mean Pooling, run by torch. Its fingerprint
+    is that of the weights file alone (the token counts beside it do not change a vector)."""
+    return SentenceTransformerEncoder(name, sentence_model(checkpoint), files_fingerprint([checkpoint / WEIGHTS]))
+
+
 def mean_pooling_of(
     name: str, name_or_path: str, fix: str, runtime: Runtime = TORCH, calibration_root: Path | None = None
 ) -> SentenceTransformerEncoder:
     """Transformer(name_or_path) + mean Pooling, from a directory or the local HF cache only."""
-    from sentence_transformers.sentence_transformer.modules import Pooling
-
     try:
         with _loading():
             transformer = Transformer(

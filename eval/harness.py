@@ -15,10 +15,11 @@ import numpy as np
 
 from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
 from cone.encoders.base import TORCH, Encoder, Layer, LayeredEncoder, Runtime
-from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions
-from cone.encoders.registry import check_model_name, load_encoder
+from cone.encoders.cluster import EncoderRecipe, RayEncoder
+from cone.encoders.registry import LEXICAL, is_lexical, load_encoder
 from cone.errors import DamagedIndex, InputError, ModelUnavailable
 from cone.eval import metrics
+from cone.eval.plan import ALL_LAYERS, EvalPlan
 from cone.eval.results import GEOMETRY_KEYS, STS_MEAN, EvalResult, Samples, sts_key, sts_name
 from cone.geometry import pair_cosines, spread
 from cone.indexing import postprocess as pp
@@ -110,17 +111,16 @@ def _open_or_build_dense(
     encoder: Encoder,
     model: str,
     data: EvalData,
-    indexes: Path,
     spec: str,
     corpus: Callable[[], CorrectedCorpus],
     factory: str,
-    options: SweepOptions,
+    plan: EvalPlan,
 ) -> VectorIndex:
     """``corpus`` gives ``spec``'s correction, computed on the first build that needs it and shared by the
     spec's factories."""
     layer, runtime = encoder.layer, encoder.runtime
-    folder = indexes / store.index_name(model, spec, layer, factory, runtime)
-    params = "" if factory == DEFAULT_FACTORY else options.search_params
+    folder = plan.indexes / store.index_name(model, spec, layer, factory, runtime)
+    params = "" if factory == DEFAULT_FACTORY else plan.search_params
 
     def open_matching() -> VectorIndex:
         index = open_index(
@@ -138,15 +138,15 @@ def _open_or_build_dense(
     return _open_or_build(
         folder,
         open_matching,
-        lambda: build_dense(encoder, data.dataset, folder, corpus(), factory, options.progress, params),
+        lambda: build_dense(encoder, data.dataset, folder, corpus(), factory, plan.progress, params),
     )
 
 
 def _open_or_build_bm25(data: EvalData, indexes: Path, progress: bool) -> Index:
-    folder = indexes / "bm25"
+    folder = indexes / LEXICAL
     return _open_or_build(
         folder,
-        lambda: open_index(folder, model="bm25", corpus_fingerprint=data.dataset.fingerprint()),
+        lambda: open_index(folder, model=LEXICAL, corpus_fingerprint=data.dataset.fingerprint()),
         lambda: build_bm25(data.dataset, folder, progress),
     )
 
@@ -172,15 +172,6 @@ def _similarity(
         "threshold_f1": f1,
     }
     return values, random, relevant
-
-
-@dataclass(frozen=True)
-class SweepOptions:
-    """How every dense model is swept: its FAISS factories beside the exact Flat index, and how to build them."""
-
-    factories: tuple[str, ...] = (DEFAULT_FACTORY,)
-    search_params: str = ""  # applied to every factory but Flat, as `cone index --search-params` would
-    progress: bool = True
 
 
 @dataclass(frozen=True)
@@ -258,26 +249,25 @@ def evaluate_dense(
     model: str,
     specs: list[str],
     data: EvalData,
-    indexes: Path,
-    options: SweepOptions,
+    plan: EvalPlan,
     encoded: EncodedEvalData,
 ) -> list[EvalResult]:
     """Every (post-processing, factory) row of one model layer, from its encoded queries and cached corpus."""
     results = []
     for spec in specs:
-        corpus = cache(partial(correct_corpus, encoder, data.dataset, spec, options.progress))
+        corpus = cache(partial(correct_corpus, encoder, data.dataset, spec, plan.progress))
         try:
-            index = _open_or_build_dense(encoder, model, data, indexes, spec, corpus, DEFAULT_FACTORY, options)
+            index = _open_or_build_dense(encoder, model, data, spec, corpus, DEFAULT_FACTORY, plan)
         except InputError as exc:  # a spec this model's space cannot take (cone:0.5 on vectors already at 0.9)
             results.append(EvalResult(model, spec, None, encoder.layer, reason=str(exc)))
             continue
         values, samples, exact = _exact_row(index, data, encoded)
         results.append(EvalResult(model, spec, index.folder.name, encoder.layer, metrics=values, samples=samples))
-        for factory in options.factories:
+        for factory in plan.factories:
             if factory == DEFAULT_FACTORY:
                 continue
             try:
-                index = _open_or_build_dense(encoder, model, data, indexes, spec, corpus, factory, options)
+                index = _open_or_build_dense(encoder, model, data, spec, corpus, factory, plan)
             except InputError as exc:  # a type this corpus cannot train (lance:IVF_PQ on < 256 vectors), no lancedb
                 results.append(EvalResult(model, spec, None, encoder.layer, reason=str(exc), factory=factory))
                 continue
@@ -295,8 +285,7 @@ def evaluate_layers(
     layers: list[Layer],
     specs: list[str],
     data: EvalData,
-    indexes: Path,
-    options: SweepOptions,
+    plan: EvalPlan,
 ) -> list[EvalResult]:
     """Each layer's rows, in the order asked; the corpus, queries and STS sentences of every layer encoded in
     one pass each."""
@@ -307,10 +296,10 @@ def evaluate_layers(
         except InputError as exc:  # e.g. --layers 6 on a 4-block LM beside a 6-block one
             rows[layer] = [EvalResult(model, spec, None, layer, reason=str(exc)) for spec in specs]
     if views:
-        cache_corpus_layers(encoder, list(views), data.dataset, options.progress)
-        encoded = encode_eval_data(encoder, list(views), data, options.progress)
+        cache_corpus_layers(encoder, list(views), data.dataset, plan.progress)
+        encoded = encode_eval_data(encoder, list(views), data, plan.progress)
         for layer, view in views.items():
-            rows[layer] = evaluate_dense(view, model, specs, data, indexes, options, encoded[layer])
+            rows[layer] = evaluate_dense(view, model, specs, data, plan, encoded[layer])
     return [row for layer in layers for row in rows[layer]]
 
 
@@ -320,44 +309,17 @@ def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     query_ids = sorted(ds.queries)
     values, ndcg, _ = _ranking(index, [ds.queries[q] for q in query_ids], query_ids, ds.qrels)
     # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
-    return EvalResult("bm25", "none", index.folder.name, metrics=values, samples=Samples(ndcg))
+    return EvalResult(LEXICAL, "none", index.folder.name, metrics=values, samples=Samples(ndcg))
 
 
-ALL_LAYERS = "all"
-
-
-def run_eval(
-    models: list[str],
-    postprocesses: list[str],
-    data: EvalData,
-    indexes: Path,
-    checkpoints: Path | None = None,
-    progress: bool = True,
-    on_result: Callable[[EvalResult], None] | None = None,
-    layers: list[Layer] | str = ("last",),
-    factories: tuple[str, ...] = (DEFAULT_FACTORY,),
-    search_params: str = "",
-    runtimes: tuple[Runtime, ...] = (TORCH,),
-    data_root: Path | None = None,
-    ray: RayOptions | None = None,
-) -> list[EvalResult]:
-    """One result per (model, runtime, layer, post-processing, factory); an unavailable model's results carry
-    its reason.
-
-    ``layers``: which space of each dense model ("last": its own output; "emb"; a block number), or ``"all"``
-    (emb and every block of each model). ``runtimes``: what runs each dense model's forward pass (torch,
-    OpenVINO, ...; the LMs run on torch only, and say so in their rows); ``data_root``: the data dir whose LM
-    text calibrates a first int8 export. ``ray``: encode with a Ray cluster's actors instead of this process (the
-    caller holds the connection: ``cone.encoders.cluster.connected``)."""
-    for model in models:
-        check_model_name(model)
-    specs = [pp.parse(s) for s in postprocesses]
-    options = SweepOptions(tuple(dict.fromkeys(factories)), search_params, progress)
+def run_eval(data: EvalData, plan: EvalPlan, on_result: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
+    """One result per row of ``plan`` (model, runtime, layer, post-processing, factory), each given to
+    ``on_result`` as it comes; an unavailable model's results carry its reason."""
+    specs = [pp.parse(s) for s in plan.postprocesses]
     results: list[EvalResult] = []
-    for model in models:
-        for runtime in (TORCH,) if model == "bm25" else dict.fromkeys(runtimes):
-            where = _Placement(checkpoints, data_root, ray)
-            found = _evaluate_model(model, runtime, specs, data, indexes, layers, options, where)
+    for model in plan.models:
+        for runtime in (TORCH,) if is_lexical(model) else plan.runtimes:
+            found = _evaluate_model(model, runtime, specs, data, plan)
             for result in found:
                 result.runtime = runtime.tag
                 if on_result is not None:
@@ -366,34 +328,16 @@ def run_eval(
     return results
 
 
-@dataclass(frozen=True)
-class _Placement:
-    """Where a model's files are, and where it encodes (this process, or a Ray cluster)."""
-
-    checkpoints: Path | None
-    data_root: Path | None
-    ray: RayOptions | None
-
-
-def _evaluate_model(
-    model: str,
-    runtime: Runtime,
-    specs: list[str],
-    data: EvalData,
-    indexes: Path,
-    layers: list[Layer] | str,
-    options: SweepOptions,
-    where: _Placement,
-) -> list[EvalResult]:
-    if model == "bm25":
-        return [evaluate_bm25(data, indexes, options.progress)]
+def _evaluate_model(model: str, runtime: Runtime, specs: list[str], data: EvalData, plan: EvalPlan) -> list[EvalResult]:
+    if is_lexical(model):
+        return [evaluate_bm25(data, plan.indexes, plan.progress)]
     try:
-        encoder = load_encoder(model, where.checkpoints, runtime=runtime, data_root=where.data_root)
+        encoder = load_encoder(model, plan.checkpoints, runtime=runtime, data_root=plan.data_root)
     except ModelUnavailable as exc:
         return [EvalResult(model, spec, None, reason=exc.explanation) for spec in specs]
     except InputError as exc:  # e.g. an LM asked to run on OpenVINO
         return [EvalResult(model, spec, None, reason=str(exc)) for spec in specs]
-    if where.ray is not None:
-        encoder = RayEncoder(encoder, EncoderRecipe(model, where.checkpoints, runtime, where.data_root), where.ray)
-    chosen = encoder.all_layers() if layers == ALL_LAYERS else list(dict.fromkeys(layers))
-    return evaluate_layers(encoder, model, chosen, specs, data, indexes, options)
+    if plan.ray is not None:
+        encoder = RayEncoder(encoder, EncoderRecipe(model, plan.checkpoints, runtime, plan.data_root), plan.ray)
+    chosen = encoder.all_layers() if plan.layers == ALL_LAYERS else list(plan.layers)
+    return evaluate_layers(encoder, model, chosen, specs, data, plan)

@@ -12,7 +12,7 @@ import faiss
 import numpy as np
 
 from cone.data.loaders import RetrievalDataset, doc_text
-from cone.encoders.base import LOCAL, Encoder, Layer, LayeredEncoder
+from cone.encoders.base import Encoder, Layer, LayeredEncoder
 from cone.errors import DamagedIndex, InputError
 from cone.geometry import histogram, measure, pair_cosines, spread, unit_rows
 from cone.geometry.summary import Geometry, PairCosines
@@ -32,7 +32,7 @@ def cache_dir() -> Path:
 
 def _cache_path(encoder: Encoder, dataset: RetrievalDataset) -> Path:
     # Vectors made on a cluster are cached apart: an index says truly where its vectors were encoded.
-    where = "" if encoder.encoded_on == LOCAL else "|ray"
+    where = "|ray" if encoder.encoded_on.on_cluster else ""
     key = f"{encoder.name}|{encoder.fingerprint}|{dataset.fingerprint()}{where}"
     key = hashlib.sha256(key.encode()).hexdigest()[:20]
     return cache_dir() / f"{key}.npy"
@@ -167,7 +167,7 @@ def dense_manifest(
         random_pair_cosines=corrected.random_pair_cosines,
         backend=encoder.runtime.backend,
         quantize=encoder.runtime.quantize,
-        encoded_on=encoder.encoded_on,
+        encoded_on=encoder.encoded_on.tag,
         fit_sample=fit_sample,
     )
 

@@ -66,6 +66,29 @@ def _refuse(factory: str, why: str) -> InputError:
     return InputError(f"invalid --index-factory {factory!r}: {why}")
 
 
+# A factory's leading stages that take the next comma item as their own: "IVF256,Flat" is one index type.
+_FACTORY_PREFIX = re.compile(r"^(IVF\d+(_HNSW\d+)?|IMI\d+x\d+|OPQ\d+(_\d+)?|PCAR?\d+|RR\d+|L2norm)$")
+
+
+def parse_factory_list(text: str) -> list[str]:
+    """Comma- (or ;-) separated index types, each checked: Flat,SQ8,IVF256,Flat,BIN -> [..., 'IVF256,Flat', 'BIN'];
+    Flat first if absent (the exact reference every other factory is measured against)."""
+    factories: list[str] = []
+    if ";" in text:
+        factories = [t.strip() for t in text.split(";") if t.strip()]
+    for token in [] if factories else [t.strip() for t in text.split(",") if t.strip()]:
+        if factories and _FACTORY_PREFIX.match(factories[-1].split(",")[-1]):
+            factories[-1] += f",{token}"
+        else:
+            factories.append(token)
+    if not factories:
+        raise InputError("expected a comma-separated list of index types")
+    factories = [parse_factory(factory).factory for factory in factories]
+    if DEFAULT_FACTORY not in factories:
+        factories.insert(0, DEFAULT_FACTORY)
+    return factories
+
+
 def parse_factory(factory: str) -> IndexType:
     """Check a spec's every count and degree; the strings FAISS would crash or hang on never reach it."""
     factory = factory.strip()

@@ -21,7 +21,7 @@ from faiss.contrib.ondisk import merge_ondisk
 from tqdm import tqdm
 
 from cone.data.loaders import CorpusFingerprint, corpus_line, doc_text, iter_corpus
-from cone.encoders.base import LOCAL, Encoder
+from cone.encoders.base import Encoder
 from cone.errors import ClusterError, InputError
 from cone.geometry import unit_rows
 from cone.indexing import lance, store
@@ -222,7 +222,7 @@ def build_dense_streaming(
         lance.build_params(lance.type_of(factory), lance.PQ_CENTROIDS, encoder.dim, parse_search_params(search_params))
     else:
         make_faiss(encoder.dim, factory, search_params)
-    on_cluster = encoder.encoded_on != LOCAL  # a cone.encoders.cluster.RayEncoder
+    on_cluster = encoder.encoded_on.on_cluster  # a cone.encoders.cluster.RayEncoder
     with store.writing_index(out) as folder:
         scratch = folder.path / SHARDS
         scratch.mkdir()

@@ -115,36 +115,3 @@ class GPT(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden @ self.wte.weight.T
-
-    @torch.no_grad()
-    def encode(
-        self, ids: torch.Tensor, mask: torch.Tensor, layer: str | int = "last", pooling: str = "mean"
-    ) -> torch.Tensor:
-        """Sentence vectors: padding-masked mean over positions of one layer's states.
-
-        ``layer``: "last" (final LayerNorm output), "emb" (bag of token embeddings, no
-        position), or an int index into ``hidden_states`` (0 = input embeddings).
-        """
-        return self.encode_layers(ids, mask, [layer], pooling)[0]
-
-    @torch.no_grad()
-    def encode_layers(
-        self, ids: torch.Tensor, mask: torch.Tensor, layers: list[str | int], pooling: str = "mean"
-    ) -> list[torch.Tensor]:
-        """``encode`` of several layers from one forward pass, in the order asked."""
-        if pooling != "mean":
-            raise ValueError(f"unknown pooling {pooling!r}; only 'mean' is supported")
-        mask = mask.bool()
-        all_states = self.hidden_states(ids, key_padding=mask) if any(layer != "emb" for layer in layers) else []
-        weights = mask.unsqueeze(-1).float()
-        pooled = []
-        for layer in layers:
-            if layer == "emb":
-                states = self.wte(ids)
-            else:
-                index = -1 if layer == "last" else int(layer)
-                if not -len(all_states) <= index < len(all_states):
-                    raise ValueError(f"layer {layer} out of range: the model has {len(all_states)} states")
-                states = all_states[index]
-            pooled.append((states * weights).sum(1) / weights.sum(1).clamp_min(1.0))
-        return pooled

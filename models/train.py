@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from cone.cpu import bf16_is_fast
 from cone.errors import InputError
 from cone.geometry import anisotropy, decorrelation, effective_rank, moments, sigreg, top_pc_share, uniformity
 from cone.geometry.regularizer import TERMS, regularizer_terms
@@ -42,16 +43,6 @@ DEFAULT_LAMBDAS: dict[str, float] = {
     "center": 3.0,
 }
 VAL_SEED_OFFSET = 1_000_000_007
-
-
-def bf16_is_fast() -> bool:
-    """bf16 autocast pays only where the CPU has native bf16 (AVX512-BF16 or AMX); elsewhere it is emulated
-    and many times slower than fp32 (benchmarks/train_speed.py measures it; docs/benchmarks.md)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 @dataclass(frozen=True)

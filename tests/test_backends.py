@@ -16,6 +16,7 @@ from cone.encoders.base import TORCH, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import DamagedIndex, InputError, ModelUnavailable
 from cone.eval.harness import load_eval_data, run_eval
+from cone.eval.plan import EvalPlan
 from cone.eval.significance import pairs
 from cone.indexing import store
 from cone.indexing.dense import DenseIndex, build_dense
@@ -112,9 +113,10 @@ def test_cone_index_with_backend_and_quantize(tiny_roberta_dir, calibrated_data,
 def test_eval_rows_per_runtime_compared_with_torch(tiny_roberta_dir, tiny_checkpoints, tiny_beir, tmp_path):
     spec = f"st:{tiny_roberta_dir}"
     data = load_eval_data(tiny_beir, "tiny")
-    results = run_eval(
-        [spec, "baseline"], ["none"], data, tmp_path / "idx", tiny_checkpoints, False, runtimes=(TORCH, OPENVINO)
+    plan = EvalPlan(
+        (spec, "baseline"), tmp_path / "idx", runtimes=(TORCH, OPENVINO), checkpoints=tiny_checkpoints, progress=False
     )
+    results = run_eval(data, plan)
     labels = [r.label for r in results]
     assert labels == [spec, f"{spec}@openvino", "baseline", "baseline@openvino"]
     assert "runs on torch only" in results[3].reason

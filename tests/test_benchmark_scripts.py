@@ -1,7 +1,9 @@
-"""The benchmark scripts behind docs/benchmarks.md still import what they use (they run by hand, not in CI)."""
+"""The benchmark scripts behind docs/benchmarks.md still import what they use (they run by hand, not in CI), and
+one of them, the sweep's cost, runs end to end on a tiny dataset."""
 
 from __future__ import annotations
 
+import json
 import runpy
 from pathlib import Path
 
@@ -14,3 +16,17 @@ SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py
 def test_benchmark_script_imports(script):
     namespace = runpy.run_path(str(script), run_name="benchmark_import_check")  # defines, does not run main()
     assert callable(namespace.get("main"))
+
+
+def test_sweep_cost_runs_both_evals_and_counts_their_rows(shared_tiny_beir, tmp_path, capsys):
+    sweep_cost = runpy.run_path(str(SCRIPTS[0].parent / "sweep_cost.py"), run_name="benchmark_under_test")
+    argv = ["--model", "baseline", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir)]
+    argv += ["--postprocess", "none,center", "--index-factory", "Flat,SQ8", "--out", str(tmp_path / "sweep")]
+    sweep_cost["main"]([*argv, "--json"])
+    found = json.loads(capsys.readouterr().out)
+    assert (found["one_spec_rows"], found["sweep_rows"]) == (1, 4)  # 1 x Flat; 2 specs x 2 factories
+    assert found["sweep_seconds"] > 0 and found["ratio"] > 0
+    report = json.loads((tmp_path / "sweep" / "report.json").read_text())
+    rows = [(r["postprocess"], r["factory"]) for r in report["results"]]
+    assert rows == [("none", "Flat"), ("none", "SQ8"), ("center", "Flat"), ("center", "SQ8")]
+    assert report["command"].startswith("cone eval --models baseline --dataset tiny")

@@ -9,6 +9,7 @@ import pytest
 from cone.cli import main
 from cone.eval import metrics
 from cone.eval.harness import load_eval_data, run_eval
+from cone.eval.plan import EvalPlan
 from cone.geometry import pair_cosines, spread
 
 SCHEMA_METRICS = {
@@ -166,7 +167,7 @@ def test_quick_subset_keeps_every_relevant_document(data_dir):
 def test_minilm_reproduces_published_scifact_and_stsb(data_dir, tmp_path):
     """The metrics and loaders are right only if all-MiniLM-L6-v2 gives its published figures."""
     data = load_eval_data(data_dir, "scifact")
-    (result,) = run_eval(["minilm"], ["none"], data, tmp_path / "indexes", progress=False)
+    (result,) = run_eval(data, EvalPlan(("minilm",), tmp_path / "indexes", progress=False))
     assert result.metrics["ndcg_at_10"] == pytest.approx(0.645, abs=0.005)
     assert result.metrics["stsb_spearman"] == pytest.approx(0.820, abs=0.005)
 
@@ -188,9 +189,10 @@ def test_demo_builds_then_reuses_indexes_and_report(shared_tiny_beir, tiny_check
 
 def test_lm_layer_is_evaluated_through_its_own_index(shared_tiny_beir, tiny_checkpoints, tmp_path):
     data = load_eval_data(shared_tiny_beir, "tiny")
-    results = run_eval(
-        ["baseline", "bm25"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False, layers=["emb"]
+    plan = EvalPlan(
+        ("baseline", "bm25"), tmp_path / "idx", layers=("emb",), checkpoints=tiny_checkpoints, progress=False
     )
+    results = run_eval(data, plan)
     emb, bm25 = results
     assert emb.layer == "emb" and emb.index == "baseline-layeremb" and emb.available
     assert bm25.layer == "last"

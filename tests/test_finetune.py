@@ -40,13 +40,13 @@ def train_data(tiny_beir, tiny_corpus):
 
 
 def test_training_pairs_come_from_train_splits_only(train_data):
-    from cone.encoders.finetune import held_out_texts
+    from cone.encoders.finetune import measured_split_texts
 
     (train_data / "scifact" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nt0\td1\t1\n")
     measured = (train_data / "stsb" / "test.csv").read_text().splitlines()[1].split(",")[0]
     with (train_data / "lmtext" / "text.txt").open("a") as handle:  # lmtext shares sentences with STS-B
         handle.write("".join(f"{measured}\n" for _ in range(50)))
-    held_out = held_out_texts(train_data)
+    held_out = measured_split_texts(train_data)
     assert " ".join(measured.lower().split()) in held_out
     pairs = training_pairs(train_data, FinetuneConfig(simcse_sentences=5000))
     assert not {" ".join(t.lower().split()) for t in pairs["simcse"]["anchor"]} & held_out

@@ -11,6 +11,7 @@ from cone.encoders.registry import load_encoder
 from cone.errors import InputError
 from cone.eval import metrics
 from cone.eval.harness import load_eval_data, run_eval
+from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult, Samples
 from cone.eval.significance import compare, pairs
 from cone.geometry import anisotropy
@@ -143,9 +144,15 @@ def test_baseline_and_regularized_are_compared_like_for_like():
 
 def test_eval_rows_per_factory_with_recall_against_flat(shared_tiny_beir, tiny_checkpoints, tmp_path):
     data = load_eval_data(shared_tiny_beir, "tiny")
-    results = run_eval(
-        ["baseline"], ["center"], data, tmp_path / "idx", tiny_checkpoints, progress=False, factories=("Flat", "SQfp16")
+    plan = EvalPlan(
+        ("baseline",),
+        tmp_path / "idx",
+        ("center",),
+        factories=("Flat", "SQfp16"),
+        checkpoints=tiny_checkpoints,
+        progress=False,
     )
+    results = run_eval(data, plan)
     flat, fp16 = results
     assert (flat.factory, fp16.factory) == ("Flat", "SQfp16") and "recall_at_10_vs_flat" not in flat.metrics
     assert fp16.metrics["recall_at_10_vs_flat"] > 0.95  # float16 storage barely moves a cosine ranking

@@ -14,6 +14,7 @@ from cone.cli.main import main
 from cone.encoders.registry import load_encoder
 from cone.errors import InputError
 from cone.eval.harness import load_eval_data, run_eval
+from cone.eval.plan import EvalPlan
 from cone.eval.significance import pairs
 from cone.indexing.dense import cache_corpus_layers, corpus_texts, corpus_vectors
 
@@ -30,6 +31,24 @@ def test_lm_layers_from_one_pass_equal_each_layer_alone(tiny_checkpoints):
     assert not np.allclose(together["emb"], together[0], atol=1e-3)  # emb: tokens only; 0: tokens + positions
     with pytest.raises(InputError, match="layer 3 of baseline: choose last, emb or 0..2"):
         encoder.at_layer(3)
+
+
+@pytest.mark.parametrize("name", ["baseline", "regularized"])
+def test_shipped_lm_layers_are_the_masked_mean_of_their_states(name):
+    """The committed checkpoints' vectors, through the sentence-transformers module, against the mean of each
+    sentence's own states (no padding, no pooling module): emb = token-table rows, N = hidden state N."""
+    from cone.models.checkpoint import checkpoints_dir, load_checkpoint
+
+    encoder = load_encoder(name)
+    found = encoder.encode_layers(SENTENCES, ["emb", 0, 1, 4, "last"], batch_size=2)
+    gpt, tokenizer, _ = load_checkpoint(checkpoints_dir() / name)
+    for i, sentence in enumerate(SENTENCES):
+        ids = torch.tensor([tokenizer.encode(sentence).ids])
+        with torch.no_grad():
+            states = gpt.eval().hidden_states(ids)
+            expected = {"emb": gpt.wte(ids), 0: states[0], 1: states[1], 4: states[4], "last": states[-1]}
+        for layer, tokens in expected.items():
+            assert np.allclose(found[layer][i], tokens[0].mean(0).numpy(), atol=1e-5), (sentence, layer)
 
 
 def test_sentence_transformer_layers_are_mean_pooled_hidden_states(tiny_roberta_dir):
@@ -96,7 +115,9 @@ def test_eval_layers_all_gives_a_row_per_layer_compared_and_profiled(shared_tiny
 
 def test_a_layer_one_model_lacks_is_an_unavailable_row_not_a_crash(shared_tiny_beir, tiny_checkpoints, tmp_path):
     data = load_eval_data(shared_tiny_beir, "tiny")
-    results = run_eval(["baseline"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False, layers=[1, 5])
+    results = run_eval(
+        data, EvalPlan(("baseline",), tmp_path / "idx", layers=(1, 5), checkpoints=tiny_checkpoints, progress=False)
+    )
     one, five = results
     assert one.available and one.index == "baseline-layer1"
     assert not five.available and "layer 5 of baseline" in five.reason
@@ -105,7 +126,9 @@ def test_a_layer_one_model_lacks_is_an_unavailable_row_not_a_crash(shared_tiny_b
 def test_adjacent_layers_are_paired_in_depth_order(shared_tiny_beir, tiny_checkpoints, tmp_path):
     data = load_eval_data(shared_tiny_beir, "tiny")
     layers = [2, "emb", 1]  # asked out of order: compared by depth
-    results = run_eval(["baseline"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False, layers=layers)
+    results = run_eval(
+        data, EvalPlan(("baseline",), tmp_path / "idx", layers=layers, checkpoints=tiny_checkpoints, progress=False)
+    )
     assert [(a.layer, b.layer) for a, b in pairs(results)] == [("emb", 1), (1, 2)]
 
 
@@ -124,7 +147,7 @@ def test_several_sts_files_are_each_reported_and_averaged(shared_tiny_beir, tiny
     _write_sts(tmp_path / "hundred.csv", [(a, b, float(s) * 20) for a, b, s in pairs_])  # another score scale
     sts = [tmp_path / "five.csv", tmp_path / "hundred.csv"]
     data = load_eval_data(shared_tiny_beir, "tiny", sts_files=sts)
-    (row,) = run_eval(["baseline"], ["none"], data, tmp_path / "idx", tiny_checkpoints, progress=False)
+    (row,) = run_eval(data, EvalPlan(("baseline",), tmp_path / "idx", checkpoints=tiny_checkpoints, progress=False))
     m = row.metrics
     assert m["five_spearman"] == pytest.approx(m["hundred_spearman"])  # Spearman ignores the scale
     assert m["sts_mean_spearman"] == pytest.approx((m["five_spearman"] + m["hundred_spearman"]) / 2)

@@ -14,7 +14,6 @@ from cone.geometry import anisotropy
 from cone.models import train as train_module
 from cone.models.analysis import checkpoint_report
 from cone.models.checkpoint import load_checkpoint, load_token_counts
-from cone.models.gpt import GPT
 from cone.models.tokenizer import train_tokenizer
 from cone.models.train import DEFAULT_REG_COS, TrainConfig, train
 
@@ -34,19 +33,17 @@ def test_tokenizer_refuses_a_vocab_the_corpus_cannot_fill(tiny_corpus):
         train_tokenizer(tiny_corpus.read_text().splitlines()[:3], 5000)
 
 
-def test_encode_ignores_padding():
-    torch.manual_seed(0)
-    model = GPT(TINY).eval()
-    short = torch.tensor([[5, 6, 7, 0, 0, 0]])
-    mask = torch.tensor([[1, 1, 1, 0, 0, 0]])
-    alone = model.encode(short[:, :3], mask[:, :3])
-    for layer in ("last", "emb", 1):
-        padded = model.encode(short, mask, layer=layer)
-        assert padded.shape == (1, 32)
-        assert torch.allclose(model.encode(short[:, :3], mask[:, :3], layer=layer), padded, atol=1e-5)
-    assert torch.allclose(alone, model.encode(short, mask), atol=1e-5)
-    with pytest.raises(ValueError, match="out of range"):
-        model.encode(short, mask, layer=9)
+def test_encode_ignores_padding(tiny_checkpoints):
+    from cone.encoders.registry import load_encoder
+
+    encoder = load_encoder("baseline", tiny_checkpoints)
+    short, long = "a cell", "a cell shows increased expression of the protein in treated mice"
+    for layer in ("last", "emb", 0, 1):
+        view = encoder.at_layer(layer)
+        alone = view.encode([short])
+        padded = view.encode([short, long], batch_size=2)[0]  # batched with a longer text: padded
+        assert alone.shape == (1, 32)
+        assert np.allclose(alone[0], padded, atol=1e-5), layer
 
 
 def test_regularized_table_ends_less_anisotropic(tiny_corpus, tmp_path):

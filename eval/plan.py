@@ -1,0 +1,46 @@
+"""What one eval runs: the typed options of ``run_eval`` and ``evaluate_and_report``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cone.encoders.base import TORCH, Layer, Runtime
+from cone.encoders.cluster import RayOptions
+from cone.encoders.registry import check_model_name
+from cone.indexing.factory import DEFAULT_FACTORY
+
+ALL_LAYERS = "all"  # ``layers``: emb and every block of each dense model
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """Every (model, runtime, layer, post-processing, factory) row one eval gives, and where it finds and keeps
+    what it needs. Lists given are kept as tuples, in order, each item once.
+
+    ``indexes``: the index folder to reuse and fill. ``layers``: which space of each dense model ("last": its own
+    output; "emb"; a block number), or ``ALL_LAYERS``. ``factories``: FAISS factories, each besides Flat a row
+    compared with the exact Flat index; ``search_params`` apply to every factory but Flat. ``runtimes``: what runs
+    each dense model's forward pass (the LMs run on torch only, and say so in their rows). ``checkpoints``: the
+    folder of the LMs; ``data_root``: the data dir whose LM text calibrates a first int8 export. ``ray``: encode
+    with a Ray cluster's actors (the caller holds the connection: ``cone.encoders.cluster.connected``)."""
+
+    models: tuple[str, ...]
+    indexes: Path
+    postprocesses: tuple[str, ...] = ("none",)
+    layers: tuple[Layer, ...] | str = ("last",)
+    factories: tuple[str, ...] = (DEFAULT_FACTORY,)
+    search_params: str = ""
+    runtimes: tuple[Runtime, ...] = (TORCH,)
+    checkpoints: Path | None = None
+    data_root: Path | None = None
+    ray: RayOptions | None = field(default=None)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("models", "postprocesses", "factories", "runtimes"):
+            object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
+        if self.layers != ALL_LAYERS:
+            object.__setattr__(self, "layers", tuple(dict.fromkeys(self.layers)))
+        for model in self.models:
+            check_model_name(model)
