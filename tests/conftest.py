@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import os
 
-# Under pytest-xdist (pyproject's addopts: -n 2) each worker gets its share of the cores for torch, FAISS and BLAS,
+# Under pytest-xdist (-n 2: pyproject.toml says how) each worker gets its share of the cores for torch, FAISS and BLAS,
 # set before numpy or torch is loaded: two workers each running two threads on two cores spin against each other.
 # Subprocesses (cone serve, the install test) inherit it. An explicit setting wins.
 if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
@@ -63,7 +63,7 @@ WORDS = [
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """For pytest-xdist's --dist loadgroup (pyproject's addopts): each module is one group, so its module fixtures
+    """For pytest-xdist's --dist loadgroup (pyproject.toml): each module is one group, so its module fixtures
     are built once and its tests keep their order (test_cluster's first tests need Ray not yet started). A test
     given its own xdist_group goes first (the slowest: it starts at once and the other worker takes the rest), then
     the modules that hold a slow test, so the short ones fill in behind the long ones."""
