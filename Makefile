@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint
+.PHONY: install demo test test-fast lint
 
 install: $(STAMP)  ## the virtual environment with cone and its test tools (+ Debian's chromium for the page test)
 
@@ -19,6 +19,9 @@ demo: $(STAMP)  ## the main job: indexes, eval report, then the service on 127.0
 
 test: $(STAMP)  ## the whole test suite (the command CI runs)
 	$(PY) -m pytest
+
+test-fast: $(STAMP)  ## every module's fast tests, for the edit loop (the slow ones still run in `make test`)
+	$(PY) -m pytest -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,6 +1,14 @@
 from __future__ import annotations
 
 import os
+
+# Under pytest-xdist (-n 2: pyproject.toml says how) each worker gets its share of the cores for torch, FAISS and BLAS,
+# set before numpy or torch is loaded: two workers each running two threads on two cores spin against each other.
+# Subprocesses (cone serve, the install test) inherit it. An explicit setting wins.
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, str(max(1, (os.cpu_count() or 1) // int(workers))))
+
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +60,21 @@ WORDS = [
     "group",
     "control",
 ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For pytest-xdist's --dist loadgroup (pyproject.toml): each module is one group, so its module fixtures
+    are built once and its tests keep their order (test_cluster's first tests need Ray not yet started). A test
+    given its own xdist_group goes first (the slowest: it starts at once and the other worker takes the rest), then
+    the modules that hold a slow test, so the short ones fill in behind the long ones."""
+    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    own_group = set()
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            own_group.add(item.nodeid)
+        else:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=lambda item: (item.nodeid not in own_group, item.module.__name__ not in slow_modules))
 
 
 @pytest.fixture(scope="session", autouse=True)

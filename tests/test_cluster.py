@@ -80,6 +80,7 @@ def test_a_local_cluster_smaller_than_the_pool_is_one_line_at_once(
     assert not ray.is_initialized() and not (tmp_path / "baseline").exists()
 
 
+@pytest.mark.slow
 def test_ray_build_equals_the_local_build(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
     monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
     assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "local")) == 0
@@ -92,6 +93,7 @@ def test_ray_build_equals_the_local_build(local_cluster, shared_tiny_beir, tiny_
     assert answers(local, tiny_checkpoints) == answers(on_ray, tiny_checkpoints)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("factory", "params", "folder"),
     [("IVF4,Flat", "nprobe=4", "baseline-IVF4_Flat"), ("lance:IVF_HNSW_SQ", "ef=64", "baseline-lance_IVF_HNSW_SQ")],
@@ -136,6 +138,7 @@ def big_tiny_beir(root: Path, n_docs: int) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_killed_actor_is_replaced_and_the_build_completes(local_cluster, tiny_checkpoints, tmp_path, monkeypatch):
     """While the actors work through 200 batches, one actor's process is killed (SIGKILL) after the first batch
     comes back: Ray starts a new one and retries what the dead one held, and the vectors are the local ones,
@@ -165,6 +168,7 @@ def test_a_killed_actor_is_replaced_and_the_build_completes(local_cluster, tiny_
     np.testing.assert_allclose(b.doc_vectors(), a.doc_vectors(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_bad_corpus_line_under_ray_is_the_local_one_line_error(local_cluster, tiny_checkpoints, tmp_path, capsys):
     beir = big_tiny_beir(tmp_path / "data", 30)
     corpus = beir / "tiny" / "corpus.jsonl"
@@ -176,6 +180,7 @@ def test_a_bad_corpus_line_under_ray_is_the_local_one_line_error(local_cluster, 
     assert re.fullmatch(r"cone: error: \S+corpus\.jsonl at byte [0-9]+: 'text' is int '5', expected \w+", err), err
 
 
+@pytest.mark.slow
 def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
     """Were a batch ever lost (it is not: Ray retries), the build would say so and write nothing."""
     batches = cluster._batches
@@ -202,6 +207,7 @@ def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir
     assert not (tmp_path / "ray").exists() or not any((tmp_path / "ray").iterdir())
 
 
+@pytest.mark.slow
 def test_eval_with_ray_gives_the_local_rows(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
     """Every layer of the sweep encoded by the actors (one forward pass for all layers, as locally)."""
     monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
@@ -252,6 +258,7 @@ def _spy_on_actors(monkeypatch, log: Path) -> None:
     monkeypatch.setattr(cluster, "_actor_class", spying)
 
 
+@pytest.mark.slow
 def test_both_actors_encode_a_corpus_smaller_than_two_batches(local_cluster, tiny_checkpoints, tmp_path, monkeypatch):
     _spy_on_actors(monkeypatch, tmp_path / "pids")
     recipe, options = cluster.EncoderRecipe("baseline", tiny_checkpoints), cluster.RayOptions(None, 2, 256)
@@ -267,6 +274,7 @@ def test_both_actors_encode_a_corpus_smaller_than_two_batches(local_cluster, tin
     assert rows == 300 and len(set((tmp_path / "pids").read_text().split())) == 2
 
 
+@pytest.mark.slow
 def test_more_actors_than_the_cluster_can_place_is_one_error_after_the_wait(
     local_cluster, tiny_checkpoints, monkeypatch
 ):
@@ -278,6 +286,7 @@ def test_more_actors_than_the_cluster_can_place_is_one_error_after_the_wait(
     assert cluster.encode_texts(recipe, texts, ["last"], cluster.RayOptions(None, 2, 8))["last"].shape[0] == 40
 
 
+@pytest.mark.slow
 def test_an_actor_that_cannot_load_its_encoder_is_one_line(local_cluster, tmp_path):
     recipe = cluster.EncoderRecipe("baseline", tmp_path / "no-checkpoints")  # as on a node without the model
     with pytest.raises(ClusterError) as failed:

@@ -186,6 +186,7 @@ def _build_killed_at(step: int, beir: Path, folder: Path) -> subprocess.Complete
     return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_kill_at_every_step_of_the_swap_leaves_a_servable_index(built, shared_tiny_beir, tmp_path):
     root = tmp_path / "indexes"
     shutil.copytree(built / "bm25", root / "bm25")
@@ -205,6 +206,7 @@ def test_a_kill_at_every_step_of_the_swap_leaves_a_servable_index(built, shared_
     assert sorted(p.name for p in root.iterdir()) == ["bm25"]
 
 
+@pytest.mark.slow
 def test_a_kill_between_the_two_renames_is_recovered_and_said(built, shared_tiny_beir, tmp_path):
     root = tmp_path / "indexes"
     shutil.copytree(built / "bm25", root / "bm25")

@@ -164,6 +164,7 @@ def test_quick_subset_keeps_every_relevant_document(data_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("minilm-scifact")  # the slowest test: alone, first (conftest)
 def test_minilm_reproduces_published_scifact_and_stsb(data_dir, tmp_path):
     """The metrics and loaders are right only if all-MiniLM-L6-v2 gives its published figures."""
     data = load_eval_data(data_dir, "scifact")
@@ -172,6 +173,7 @@ def test_minilm_reproduces_published_scifact_and_stsb(data_dir, tmp_path):
     assert result.metrics["stsb_spearman"] == pytest.approx(0.820, abs=0.005)
 
 
+@pytest.mark.slow
 def test_demo_builds_then_reuses_indexes_and_report(shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
     argv = ["demo", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir), "--checkpoints", str(tiny_checkpoints)]
     argv += ["--models", "baseline,regularized,bm25", "--postprocess", "none,center", "--out", str(tmp_path)]

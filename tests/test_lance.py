@@ -166,6 +166,7 @@ def test_a_streamed_lance_table_holds_the_ids_and_ranks_as_the_in_memory_one(tin
     assert table.num_rows == 40 and table.column("id").to_pylist() == [streamed.docs[r]["id"] for r in range(40)]
 
 
+@pytest.mark.slow
 def test_cone_imports_no_lancedb_and_without_it_a_lance_index_says_how_to_install_it(tiny, tmp_path, monkeypatch):
     script = "import sys, cone.cli.main, cone.indexing.open, cone.service.app; print('lancedb' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout.strip() == "False"

@@ -176,6 +176,7 @@ def test_concurrent_searches_are_consistent(client):
     assert results == [expected[q] for q in queries]
 
 
+@pytest.mark.slow
 def test_micro_batched_searches_answer_as_one_by_one_searches_do(index_dir, tiny_checkpoints, monkeypatch, tmp_path):
     monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path))
     queries = [f"{w} protein cell" for w in ("level", "risk", "gene", "study", "tumor", "dose", "rna", "mice")] * 3

@@ -86,6 +86,7 @@ def stop_server(proc: subprocess.Popen) -> str:
         return proc.communicate()[0]
 
 
+@pytest.mark.slow
 def test_a_file_truncated_under_the_service_fails_only_its_index(built, tiny_checkpoints, tmp_path):
     root = tmp_path / "indexes"
     shutil.copytree(built / "baseline", root / "baseline")
@@ -143,6 +144,7 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.slow
 def test_reloads_free_the_old_entries_and_their_files_without_a_gc(built, tiny_checkpoints, monkeypatch):
     monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
     with TestClient(create_app(built, tiny_checkpoints, load_in_background=False)) as client:
@@ -173,6 +175,7 @@ def test_reloads_free_the_old_entries_and_their_files_without_a_gc(built, tiny_c
     assert live == 0 and grown <= 0, (live, grown)
 
 
+@pytest.mark.slow
 def test_idle_connections_time_out_and_leave_descriptors_to_answer(built, tiny_checkpoints, tmp_path):
     root = tmp_path / "indexes"
     shutil.copytree(built / "bm25", root / "bm25")

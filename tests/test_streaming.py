@@ -153,6 +153,7 @@ def test_cone_index_stream_from_the_command_line(shared_tiny_beir, tmp_path, tin
     assert manifest["encoded_on"] == "local" and manifest["search_params"] == "nprobe=2"
 
 
+@pytest.mark.slow
 def test_without_ray_nothing_of_ray_is_imported(shared_tiny_beir, tiny_checkpoints, tmp_path):
     code = (
         "import sys; from cone.cli import main; "
