@@ -7,6 +7,7 @@ missing, reused when their manifest still matches), so the eval measures exactly
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -149,6 +150,34 @@ def _open_or_build_bm25(data: EvalData, indexes: Path, progress: bool) -> Index:
         lambda: open_index(folder, model="bm25", corpus_fingerprint=data.dataset.fingerprint()),
         lambda: build_bm25(data.dataset, folder, progress),
     )
+
+
+def build_indexes(
+    model: str,
+    postprocesses: list[str],
+    data: EvalData,
+    indexes: Path,
+    checkpoints: Path | None = None,
+    progress: bool = True,
+    on_encoded: Callable[[int], None] | None = None,
+) -> list[Path]:
+    """The exact (Flat) index of each post-processing of ``model`` that ``run_eval`` reads, built where missing or
+    stale and reused otherwise, and not evaluated: a service can answer from them before the eval runs. Their
+    folders; a post-processing this model's space cannot take is left out (the eval gives its reason in its row).
+
+    ``on_encoded(n)``: told each batch of corpus documents encoded; it may raise to stop the build, and then
+    nothing of the model is written (indexes are written after the encoding, each atomically)."""
+    if model == "bm25":
+        return [_open_or_build_bm25(data, indexes, progress).folder]
+    encoder = load_encoder(model, checkpoints)
+    options = SweepOptions(progress=progress)
+    folders = []
+    for spec in (pp.parse(s) for s in postprocesses):
+        corpus = partial(correct_corpus, encoder, data.dataset, spec, progress, on_encoded)
+        with suppress(InputError):
+            index = _open_or_build_dense(encoder, model, data, indexes, spec, corpus, DEFAULT_FACTORY, options)
+            folders.append(index.folder)
+    return folders
 
 
 def _similarity(
