@@ -1,5 +1,5 @@
 """``cone demo``: the main job, end to end: the service as soon as its first index is written; meanwhile the
-instruments, the other indexes (each joins the service when written) and the eval report."""
+other indexes (each joins the service when written), the instruments and the eval report."""
 
 from __future__ import annotations
 
@@ -42,12 +42,12 @@ BUILD_ORDER = ("bm25", *LM_MODELS, *FINETUNED_MODELS, "minilm", "roberta")
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "demo",
-        help="the whole pipeline: the service on its first index, then instruments, the other indexes, eval report",
+        help="the whole pipeline: the service on its first index, then the other indexes, instruments, eval report",
         description="1) the fastest model's indexes (BM25: seconds), then the search service on them; meanwhile "
-        "2) the blind-spot proof on synthetic data and the reference checkpoints' embedding tables, 3) the other "
-        "models' indexes, fastest first, each joining the service when written (the page and /readyz show their "
-        "progress), 4) the eval report, linked from the page when written. Indexes are built when missing and "
-        "reused after; Ctrl-C keeps every one already written. With --no-serve, the same in order, no service.",
+        "2) the other models' indexes, fastest first, each joining the service when written (the page and /readyz "
+        "show their progress), 3) the blind-spot proof on synthetic data and the reference checkpoints' embedding "
+        "tables, 4) the eval report, linked from the page when written. Indexes are built when missing and reused "
+        "after; Ctrl-C keeps every one already written. With --no-serve: the same in order, without the service.",
     )
     add_data_dir_option(p)
     add_dataset_option(p)
@@ -142,9 +142,9 @@ def run_demo(args: argparse.Namespace) -> int:
     order = demo.build_order()
     builds = BuildProgress(order, len(demo.data.dataset.corpus))
     if args.no_serve:
-        demo.show_instruments()
-        print(f"\n== Indexes for every model, fastest first ({demo.indexes}) ==", flush=True)
+        print(f"== Indexes for every model, fastest first ({demo.indexes}) ==", flush=True)
         demo.build(order, builds)
+        demo.show_instruments()
         demo.evaluate()
         return 0
     return serve_while_building(demo, order, builds)
@@ -161,8 +161,8 @@ def serve_while_building(demo: Demo, order: list[str], builds: BuildProgress) ->
         print(f"\n== The search service at {url} (Ctrl-C stops it and keeps every index written) ==")
         rest = ", ".join(order[1:]) or "no other model"
         print(
-            f"Meanwhile: the instruments, then the indexes of {rest}, each joining the page when written (the page "
-            f"and {url}readyz show their progress), then the eval report, which the page then links.",
+            f"Meanwhile: the indexes of {rest}, each joining the page when written (the page and {url}readyz show "
+            "their progress), then the instruments and the eval report, which the page then links.",
             flush=True,
         )
         worker.start()
@@ -178,11 +178,10 @@ def work_in_background(demo: Demo, models: list[str], builds: BuildProgress) -> 
     """The demo's work while the service answers. A failure is told on stderr and by /readyz; the service serves
     on with the indexes already written."""
     try:
-        demo.show_instruments()
         print(f"\n== The other indexes, fastest first ({demo.indexes}) ==", flush=True)
-        builds.stage = BUILDING
         demo.build(models, builds)
         builds.stage = EVALUATING
+        demo.show_instruments()
         files = demo.evaluate()
         builds.finish(files.json.parent)
         print(f"The page links the report: http://{demo.args.host}:{demo.args.port}/report", flush=True)

@@ -15,15 +15,8 @@ from pathlib import Path
 
 from cone.errors import Interrupted
 
-# The stages of the work after the service started, in order; FAILED and STOPPED end it early.
-STARTING, BUILDING, EVALUATING, DONE, FAILED, STOPPED = (
-    "starting",
-    "building",
-    "evaluating",
-    "done",
-    "failed",
-    "stopped",
-)
+# The stages of the work beside the service, in order; FAILED and STOPPED end it early.
+BUILDING, EVALUATING, DONE, FAILED, STOPPED = "building", "evaluating", "done", "failed", "stopped"
 
 
 @dataclass
@@ -59,7 +52,7 @@ class BuildProgress:
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self.cancelled = threading.Event()
-        self.stage = STARTING
+        self.stage = BUILDING
         self.failure: str | None = None  # why the work stopped (stage FAILED)
         self.report: Path | None = None  # the eval report's folder (report.md, report.json), once written
 

@@ -157,8 +157,8 @@ class Readiness(Status):
     recovered: list[str] = Field(default_factory=list, description="indexes put back after an interrupted build")
     background: str | None = Field(
         None,
-        description="cone demo's work after the service started: starting | building | evaluating | done | "
-        "failed: REASON | stopped; null when nothing is built in the background",
+        description="cone demo's work beside the service: building | evaluating (every index built: the report "
+        "is being written) | done | failed: REASON | stopped; null when nothing is built in the background",
     )
     building: list[BuildState] = Field(default_factory=list, description="models still to join, in build order")
     report: str | None = Field(None, description="where the eval report is served (/report), once written")

@@ -17,7 +17,7 @@ from cone.encoders.registry import load_encoder
 from cone.errors import Interrupted
 from cone.eval.harness import build_indexes, load_eval_data
 from cone.indexing import dense
-from cone.indexing.progress import BUILDING, BuildProgress, ModelProgress
+from cone.indexing.progress import BuildProgress, ModelProgress
 from cone.service.app import create_app
 
 from local_service import free_port
@@ -101,7 +101,6 @@ def test_a_model_on_its_way_is_a_503_then_joins_by_a_reload_and_the_report_follo
 ):
     root = build_tiny_indexes(tmp_path / "idx", shared_tiny_beir, tiny_checkpoints, [])  # bm25 only
     builds = BuildProgress(["baseline"], 40)
-    builds.stage = BUILDING
     builds.counter("baseline")(16)
     with TestClient(create_app(root, tiny_checkpoints, load_in_background=False, builds=builds)) as client:
         ready = client.get("/readyz").json()
