@@ -28,7 +28,7 @@ from cone.eval.harness import EvalData, build_indexes, load_eval_data
 from cone.eval.report import ReportFiles
 from cone.geometry.synthetic import synthetic_report
 from cone.indexing import postprocess as pp
-from cone.indexing.progress import BUILDING, EVALUATING, STOPPED, BuildProgress
+from cone.indexing.progress import BUILDING, DONE, EVALUATING, FAILED, STOPPED, BuildProgress
 from cone.models.analysis import checkpoint_report
 from cone.models.checkpoint import FINETUNED_MODELS, checkpoints_dir
 
@@ -168,9 +168,11 @@ def serve_while_building(demo: Demo, order: list[str], builds: BuildProgress) ->
         worker.start()
         serve(demo.indexes, args.host, args.port, args.checkpoints, builds=builds)
     except KeyboardInterrupt:
-        raise Interrupted(f"every index written is kept in {demo.indexes}; the next `cone demo` reuses them") from None
+        pass  # Ctrl-C before the service was up (once it is, uvicorn takes Ctrl-C and returns)
     finally:
         stop(worker, builds)
+    if builds.stage not in (DONE, FAILED):
+        raise Interrupted(f"every index written is kept in {demo.indexes}; the next `cone demo` reuses them")
     return 0
 
 
