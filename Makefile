@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --no-deps 'optimum-intel==2.2.*'  # without its torchvision (pyproject.toml says why)
 	touch $(STAMP)
 
-demo: $(STAMP)  ## the main job: indexes, eval report, then the service on 127.0.0.1:8000
+demo: $(STAMP)  ## the main job: the service on 127.0.0.1:8000 first, the other indexes and the eval beside it
 	$(VENV)/bin/cone demo
 
 test: $(STAMP)  ## the whole test suite (the command CI runs)

@@ -1,8 +1,13 @@
-"""``cone demo``: the main job, end to end: instruments, checkpoints, indexes, eval, then the service."""
+"""``cone demo``: the main job, end to end: the service as soon as its first index is written; meanwhile the
+other indexes (each joins the service when written), the instruments and the eval report."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from cone.cli.eval import announce_skips, summary, this_command
@@ -17,25 +22,34 @@ from cone.cli.options import (
 )
 from cone.cli.serve import add_listen_options, check_listen, serve
 from cone.data.loaders import data_dir
-from cone.encoders.registry import LM_MODELS, MODEL_NAMES, missing
-from cone.eval.harness import load_eval_data
+from cone.encoders.registry import LM_MODELS, MODEL_NAMES, check_model_name, missing
+from cone.errors import ConeError, Interrupted, ModelUnavailable
+from cone.eval.harness import EvalData, build_indexes, load_eval_data
 from cone.eval.plan import EvalPlan
+from cone.eval.report import ReportFiles
 from cone.eval.sweep import evaluate_and_report
 from cone.geometry.synthetic import synthetic_report
+from cone.indexing import postprocess as pp
+from cone.indexing.progress import BUILDING, DONE, EVALUATING, FAILED, STOPPED, BuildProgress
 from cone.models.analysis import checkpoint_report
-from cone.models.checkpoint import checkpoints_dir
+from cone.models.checkpoint import FINETUNED_MODELS, checkpoints_dir
 
 DEFAULT_OUT = Path("runs/demo")
 DEFAULT_POSTPROCESS = "none,center,whiten"
+# Fastest first, by the work of encoding a corpus: BM25 only tokenizes; the project's LMs and their fine-tuned
+# encoders are 4 blocks of 256; MiniLM 6 of 384; RoBERTa 12 of 768; an st:PATH model, unknown, after them.
+BUILD_ORDER = ("bm25", *LM_MODELS, *FINETUNED_MODELS, "minilm", "roberta")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "demo",
-        help="the whole pipeline: instruments, checkpoints, indexes, eval report, then the service",
-        description="1) the blind-spot proof on synthetic data; 2) the reference checkpoints' embedding tables; "
-        "3) indexes for every available model (built when missing, reused after) and the eval report; "
-        "4) the search service on those indexes. A second run reuses what is built.",
+        help="the whole pipeline: the service on its first index, then the other indexes, instruments, eval report",
+        description="1) the fastest model's indexes (BM25: seconds), then the search service on them; meanwhile "
+        "2) the other models' indexes, fastest first, each joining the service when written (the page and /readyz "
+        "show their progress), 3) the blind-spot proof on synthetic data and the reference checkpoints' embedding "
+        "tables, 4) the eval report, linked from the page when written. Indexes are built when missing and reused "
+        "after; Ctrl-C keeps every one already written. With --no-serve: the same in order, without the service.",
     )
     add_data_dir_option(p)
     add_dataset_option(p)
@@ -54,34 +68,139 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_demo)
 
 
+@dataclass
+class Demo:
+    """What one `cone demo` works on, and its steps."""
+
+    args: argparse.Namespace
+    data: EvalData
+
+    @property
+    def out(self) -> Path:
+        return self.args.out / self.args.dataset
+
+    @property
+    def indexes(self) -> Path:
+        return self.out / "indexes"
+
+    @property
+    def plan(self) -> EvalPlan:
+        args = self.args
+        return EvalPlan(
+            models=args.models,
+            indexes=self.indexes,
+            postprocesses=args.postprocess,
+            checkpoints=args.checkpoints,
+            progress=not args.no_progress,
+        )
+
+    def build_order(self) -> list[str]:
+        """The models to build, fastest first; one without weights is left to the eval, which says why."""
+        rank = {model: i for i, model in enumerate(BUILD_ORDER)}
+        chosen = [model for model in self.args.models if missing(model, self.args.checkpoints) is None]
+        return sorted(chosen, key=lambda model: rank.get(model, len(BUILD_ORDER)))
+
+    def show_instruments(self) -> None:
+        print("\n== The instruments on five synthetic distributions (cone geometry synthetic) ==")
+        print(render_synthetic(synthetic_report()))
+        for name in LM_MODELS:
+            path = checkpoints_dir(self.args.checkpoints) / name
+            print(f"\n== The {name} language model's embedding table (cone geometry checkpoint {path}) ==")
+            absent = missing(name, self.args.checkpoints)
+            print(
+                f"not available: {absent.explanation}"
+                if absent
+                else render_checkpoint(checkpoint_report(path, self.args.data_dir))
+            )
+
+    def build(self, models: list[str], builds: BuildProgress) -> None:
+        """Each model's indexes in turn, counted in ``builds`` (which the service reads)."""
+        for model in models:
+            started, count = time.monotonic(), builds.counter(model)
+            try:
+                folders = build_indexes(model, self.data, self.plan, count)
+            except ModelUnavailable:  # weights that look present but do not load: the eval says why
+                folders = []
+            builds.built(model)
+            names = ", ".join(folder.name for folder in folders) or "none"
+            print(f"{model}: indexes {names} ready in {self.indexes} ({time.monotonic() - started:.0f} s)", flush=True)
+
+    def evaluate(self) -> ReportFiles:
+        print(f"\n== The eval report of every index ({self.out / 'eval'}) ==", flush=True)
+        done = evaluate_and_report(self.data, self.plan, self.out / "eval", this_command(), announce_skips())
+        print(summary(done.results, done.files), flush=True)
+        return done.files
+
+
 def run_demo(args: argparse.Namespace) -> int:
     if not args.no_serve:
-        check_listen(args.host, args.port)  # before the whole pipeline, not after it
-    print("== 1. The instruments on five synthetic distributions (cone geometry synthetic) ==")
-    print(render_synthetic(synthetic_report()))
-    for name in LM_MODELS:
-        path = checkpoints_dir(args.checkpoints) / name
-        print(f"\n== 2. The {name} language model's embedding table (cone geometry checkpoint {path}) ==")
-        absent = missing(name, args.checkpoints)
-        print(
-            f"not available: {absent.explanation}"
-            if absent
-            else render_checkpoint(checkpoint_report(path, args.data_dir))
-        )
-    out = args.out / args.dataset
-    print(f"\n== 3. Indexes for every model and the eval report ({out}) ==", flush=True)
-    data = load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick)
-    plan = EvalPlan(
-        models=args.models,
-        indexes=out / "indexes",
-        postprocesses=args.postprocess,
-        checkpoints=args.checkpoints,
-        progress=not args.no_progress,
-    )
-    done = evaluate_and_report(data, plan, out / "eval", this_command(), announce_skips())
-    print(summary(done.results, done.files))
+        check_listen(args.host, args.port)  # before any work, not after it
+    for model in args.models:
+        check_model_name(model)
+    for spec in args.postprocess:
+        pp.parse(spec)
+    demo = Demo(args, load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick))
+    order = demo.build_order()
+    builds = BuildProgress(order, len(demo.data.dataset.corpus))
     if args.no_serve:
+        print(f"== Indexes for every model, fastest first ({demo.indexes}) ==", flush=True)
+        demo.build(order, builds)
+        demo.show_instruments()
+        demo.evaluate()
         return 0
-    print("\n== 4. The search service (Ctrl-C stops it) ==")
-    serve(out / "indexes", args.host, args.port, args.checkpoints)
+    return serve_while_building(demo, order, builds)
+
+
+def serve_while_building(demo: Demo, order: list[str], builds: BuildProgress) -> int:
+    """The first model's indexes, then the service; the rest of the demo in a thread beside it."""
+    args = demo.args
+    url = f"http://{args.host}:{args.port}/"
+    worker = threading.Thread(target=work_in_background, args=(demo, order[1:], builds), name="demo", daemon=True)
+    try:
+        print(f"== The first index ({', '.join(order[:1]) or 'none'}: the fastest), then the service ==", flush=True)
+        demo.build(order[:1], builds)
+        print(f"\n== The search service at {url} (Ctrl-C stops it and keeps every index written) ==")
+        rest = ", ".join(order[1:]) or "no other model"
+        print(
+            f"Meanwhile: the indexes of {rest}, each joining the page when written (the page and {url}readyz show "
+            "their progress), then the instruments and the eval report, which the page then links.",
+            flush=True,
+        )
+        worker.start()
+        serve(demo.indexes, args.host, args.port, args.checkpoints, builds=builds)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C before the service was up (once it is, uvicorn takes Ctrl-C and returns)
+    finally:
+        stop(worker, builds)
+    if builds.stage not in (DONE, FAILED):
+        raise Interrupted(f"every index written is kept in {demo.indexes}; the next `cone demo` reuses them")
     return 0
+
+
+def work_in_background(demo: Demo, models: list[str], builds: BuildProgress) -> None:
+    """The demo's work while the service answers. A failure is told on stderr and by /readyz; the service serves
+    on with the indexes already written."""
+    try:
+        print(f"\n== The other indexes, fastest first ({demo.indexes}) ==", flush=True)
+        demo.build(models, builds)
+        builds.stage = EVALUATING
+        demo.show_instruments()
+        files = demo.evaluate()
+        builds.finish(files.json.parent)
+        print(f"The page links the report: http://{demo.args.host}:{demo.args.port}/report", flush=True)
+    except Interrupted:  # Ctrl-C: the main thread says what is kept
+        builds.stage = STOPPED
+    except ConeError as exc:
+        builds.fail(str(exc))
+        print(f"cone: {exc.label}: {exc} (the service serves on)", file=sys.stderr, flush=True)
+    except Exception as exc:  # a defect: said once, and /readyz stops promising what will not come
+        builds.fail(f"{type(exc).__name__}: {exc}")
+        print(f"cone: the demo's background work failed ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+
+
+def stop(worker: threading.Thread, builds: BuildProgress) -> None:
+    """Stop the builder at its next batch, and wait while it builds: a model half-encoded is dropped (nothing of it
+    is written yet), an index being written is finished. Its other work writes no index and is not waited for."""
+    builds.cancel()
+    while worker.is_alive() and builds.stage == BUILDING:
+        worker.join(0.1)

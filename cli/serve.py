@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from cone.cli.options import add_checkpoints_option, host, non_negative_float, port, positive_int
 from cone.errors import InputError
+from cone.indexing.progress import BuildProgress
 from cone.service.batching import DEFAULT_BATCHING, DEFAULT_MAX_BATCH, DEFAULT_WINDOW_MS, BatchSettings
 from cone.service.connections import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -138,7 +139,9 @@ def serve(
     request_timeout: float | None = None,
     max_connections: int | None = None,
     docs: bool = True,
+    builds: BuildProgress | None = None,
 ) -> None:
+    """Serve until Ctrl-C; ``builds``: the models a background builder is still making (``cone demo``)."""
     import uvicorn
 
     from cone.service.app import create_app
@@ -150,7 +153,7 @@ def serve(
     check_listen(host, port)
     where = f" (API docs: http://{host}:{port}/docs)" if docs else ""
     print(f"cone: serving {indexes} at http://{host}:{port}/{where}", flush=True)
-    app = create_app(indexes, checkpoints, max_body_bytes=limit, batching=batching, docs=docs)
+    app = create_app(indexes, checkpoints, max_body_bytes=limit, batching=batching, docs=docs, builds=builds)
     http = guarded_protocol(timeout, connections)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", http=http, backlog=accept_backlog())

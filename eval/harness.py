@@ -7,6 +7,7 @@ missing, reused when their manifest still matches), so the eval measures exactly
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -149,6 +150,26 @@ def _open_or_build_bm25(data: EvalData, indexes: Path, progress: bool) -> Index:
         lambda: open_index(folder, model=LEXICAL, corpus_fingerprint=data.dataset.fingerprint()),
         lambda: build_bm25(data.dataset, folder, progress),
     )
+
+
+def build_indexes(
+    model: str, data: EvalData, plan: EvalPlan, on_encoded: Callable[[int], None] | None = None
+) -> list[Path]:
+    """The exact (Flat) index of each of ``plan``'s post-processings of ``model`` that ``run_eval`` reads, built
+    where missing or stale and reused otherwise, and not evaluated: a service can answer from them before the eval
+    runs. Their folders; a post-processing this model's space cannot take is left out (the eval gives its reason).
+
+    ``on_encoded(n)``: told each batch of corpus documents encoded; it may raise to stop the build, and then
+    nothing of the model is written (indexes are written after the encoding, each atomically)."""
+    if is_lexical(model):
+        return [_open_or_build_bm25(data, plan.indexes, plan.progress).folder]
+    encoder = load_encoder(model, plan.checkpoints, data_root=plan.data_root)
+    folders = []
+    for spec in (pp.parse(s) for s in plan.postprocesses):
+        corpus = partial(correct_corpus, encoder, data.dataset, spec, plan.progress, on_encoded)
+        with suppress(InputError):
+            folders.append(_open_or_build_dense(encoder, model, data, spec, corpus, DEFAULT_FACTORY, plan).folder)
+    return folders
 
 
 def _similarity(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 import faiss
 import numpy as np
+from tqdm import tqdm
 
 from cone.data.loaders import RetrievalDataset, doc_text
 from cone.encoders.base import Encoder, Layer, LayeredEncoder
@@ -24,6 +26,7 @@ from cone.indexing.manifest import DenseManifest, read_manifest
 
 PARAMS_FILE = "postprocess.npz"
 CACHE_ENV = "CONE_CACHE_DIR"
+COUNTED_BATCH = 64  # documents per encode call when each is counted: the encoders' own batch size
 
 
 def cache_dir() -> Path:
@@ -71,13 +74,36 @@ def corpus_texts(dataset: RetrievalDataset) -> list[str]:
     return [doc_text(dataset.corpus[d]) for d in sorted(dataset.corpus)]
 
 
-def corpus_vectors(encoder: Encoder, dataset: RetrievalDataset, progress: bool) -> np.ndarray:
+def corpus_vectors(
+    encoder: Encoder, dataset: RetrievalDataset, progress: bool, on_encoded: Callable[[int], None] | None = None
+) -> np.ndarray:
     """Raw corpus vectors in row order, cached per (encoder weights and layer, corpus) so that every
-    post-processing and factory reuses them."""
+    post-processing and factory reuses them. ``on_encoded(n)``: told each batch of documents encoded (it may
+    raise to stop the encoding: nothing is cached then)."""
     vectors = _cached(encoder, dataset)
     if vectors is None:
-        vectors = encoder.encode(corpus_texts(dataset), progress=progress)
+        texts = corpus_texts(dataset)
+        if on_encoded is None:
+            vectors = encoder.encode(texts, progress=progress)
+        else:
+            vectors = _encode_counted(encoder, texts, progress, on_encoded)
         _save_cached(encoder, dataset, vectors)
+    return vectors
+
+
+def _encode_counted(
+    encoder: Encoder, texts: list[str], progress: bool, on_encoded: Callable[[int], None]
+) -> np.ndarray:
+    """``encoder.encode`` one batch at a time, shortest texts first (the batches it makes itself, padding
+    little), each counted as it comes back."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    vectors = np.empty((len(texts), encoder.dim), dtype=np.float32)
+    with tqdm(total=len(texts), desc=f"encode {encoder.name}", unit="doc", disable=not progress) as bar:
+        for start in range(0, len(texts), COUNTED_BATCH):
+            rows = order[start : start + COUNTED_BATCH]
+            vectors[rows] = encoder.encode([texts[i] for i in rows], batch_size=COUNTED_BATCH)
+            bar.update(len(rows))
+            on_encoded(len(rows))
     return vectors
 
 
@@ -123,11 +149,15 @@ def correct_vectors(raw: np.ndarray, postprocess: str) -> CorrectedCorpus:
 
 
 def correct_corpus(
-    encoder: Encoder, dataset: RetrievalDataset, postprocess: str = "none", progress: bool = True
+    encoder: Encoder,
+    dataset: RetrievalDataset,
+    postprocess: str = "none",
+    progress: bool = True,
+    on_encoded: Callable[[int], None] | None = None,
 ) -> CorrectedCorpus:
-    """Fit ``postprocess`` on the (cached) raw corpus vectors and apply it."""
+    """Fit ``postprocess`` on the (cached) raw corpus vectors and apply it (``on_encoded``: ``corpus_vectors``)."""
     pp.parse(postprocess)  # a bad spec is refused before encoding
-    return correct_vectors(corpus_vectors(encoder, dataset, progress), postprocess)
+    return correct_vectors(corpus_vectors(encoder, dataset, progress, on_encoded), postprocess)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cone import __version__
 from cone.errors import DamagedIndex
 from cone.indexing.postprocess import is_synthetic
+from cone.indexing.progress import FAILED, BuildProgress, ModelProgress
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings
 from cone.service.limits import BodyLimit, json_response, one_line, short, validation_error
 from cone.service.middleware import HeadAsGet, SecurityHeaders, Utf8Query
@@ -30,6 +31,7 @@ from cone.service.registry import Entry, FolderGone, Registry
 from cone.service.schemas import (
     MAX_BODY_BYTES,
     MAX_MODEL_CHARS,
+    BuildState,
     CompareResponse,
     ErrorResponse,
     GeometryResponse,
@@ -97,20 +99,42 @@ RegistryDep = Annotated[Registry, Depends(get_registry)]
 
 
 def find_entry(registry: Registry, name: str, need_index: bool = True) -> Entry:
+    """The entry named ``name``: 404 if there is none; without an index, 503 while it is being built (it will
+    answer: try again), 409 otherwise (it will not until something is fixed: the reason says what)."""
     entry = registry.entries.get(name)
     if entry is None:
         names = ", ".join(short(n)[1:-1] for n in registry.entries)  # folder names are any text: quoted, one line
         raise HTTPException(404, f"unknown model {short(name)}; GET /models lists them: {names}")
     if need_index and not entry.available:
+        if (build := registry.building(name)) is not None:
+            raise HTTPException(503, f"model {name!r} is still being built ({build_line(build)}); GET /readyz")
         raise HTTPException(409, f"model {name!r} is unavailable: {entry.reason}")
     return entry
+
+
+def build_line(build: ModelProgress) -> str:
+    """Where a build is, in words: queued; documents encoded and the time left; writing its indexes."""
+    if build.state == "queued":
+        return "queued behind the models before it"
+    if build.state == "indexing":
+        return f"{build.total:,} documents encoded, writing its indexes"
+    left = build.seconds_left()
+    about = "" if left is None else f", about {left / 60:.0f} min left" if left >= 90 else f", about {left:.0f} s left"
+    return f"{build.done:,} of {build.total:,} documents encoded{about}"
+
+
+def build_state(build: ModelProgress) -> BuildState:
+    return BuildState(
+        model=build.model, state=build.state, done=build.done, total=build.total, seconds_left=build.seconds_left()
+    )
 
 
 def synthetic(entry: Entry) -> bool:
     return entry.manifest is not None and is_synthetic(entry.manifest.postprocess)
 
 
-def info(entry: Entry) -> ModelInfo:
+def info(entry: Entry, build: ModelProgress | None = None) -> ModelInfo:
+    """What GET /models says of an entry; ``build``: its build, while it is on its way (the reason then)."""
     m = entry.manifest
     return ModelInfo(
         name=entry.name,
@@ -118,13 +142,14 @@ def info(entry: Entry) -> ModelInfo:
         layer=m and m.layer,
         index_factory=m and m.index_factory,
         available=entry.available,
-        reason=entry.reason,
+        reason=f"being built: {build_line(build)}" if build else entry.reason,
         dim=m and m.dim,
         n_docs=m and m.n_docs,
         postprocess=m and m.postprocess,
         synthetic=synthetic(entry),
         metric=m and m.metric,
         geometry=m and m.geometry,
+        building=build and build_state(build),
     )
 
 
@@ -159,7 +184,7 @@ def histogram_of(entry: Entry) -> Histogram:
 @router.get("/models", response_model=ModelsResponse, responses=ERRORS)
 def models(registry: RegistryDep) -> ModelsResponse:
     """Every model: availability (with the reason), dimension, documents, post-processing, geometry."""
-    return ModelsResponse(models=[info(e) for e in registry.entries.values()])
+    return ModelsResponse(models=[info(e, registry.building(e.name)) for e in registry.entries.values()])
 
 
 @router.get("/search", response_model=SearchResponse, responses=ERRORS)
@@ -192,7 +217,10 @@ def compare(
             with suppress(HTTPException):  # damaged while served: then listed unavailable, with the reason
                 results.append(search_entry(entry, params.q, params.k))
     return CompareResponse(
-        query=params.q, k=params.k, results=results, unavailable=[info(e) for e in entries if not e.available]
+        query=params.q,
+        k=params.k,
+        results=results,
+        unavailable=[info(e, registry.building(e.name)) for e in entries if not e.available],
     )
 
 
@@ -235,7 +263,8 @@ def healthz() -> Status:
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 def readyz(request: Request) -> Response:
-    """200 once every index is loaded (or known unavailable, with its reason in GET /models); 503 before."""
+    """200 once every index in the folder is loaded (or known unavailable, with its reason in GET /models); 503
+    before. Under `cone demo`, also the models still being built (they join one by one) and the eval report."""
     registry: Registry = request.app.state.registry
     if not registry.ready.is_set():
         return JSONResponse(Readiness(status="loading").model_dump(), status_code=503)
@@ -244,7 +273,35 @@ def readyz(request: Request) -> Response:
     state = Readiness(
         status="ready", available=available, unavailable=len(entries) - available, recovered=registry.notes
     )
+    if (builds := registry.builds) is not None:
+        state.background = f"{FAILED}: {builds.failure}" if builds.stage == FAILED else builds.stage
+        state.building = [build_state(b) for b in builds.pending()]
+        state.report = "/report" if builds.report else None
     return JSONResponse(state.model_dump())
+
+
+def report_file(registry: Registry, name: str) -> Path:
+    builds = registry.builds
+    if builds is None:
+        raise HTTPException(404, "this service has no eval report (`cone demo` serves its own; `cone eval` writes one)")
+    if builds.report is None:
+        raise HTTPException(404, "the eval report is written once every index is built and evaluated; GET /readyz")
+    path = builds.report / name
+    if not path.is_file():
+        raise HTTPException(404, f"{path}: no longer there (the next `cone demo` writes it again)")
+    return path
+
+
+@router.get("/report", response_class=FileResponse, responses={404: {"model": ErrorResponse}})
+def report_markdown(registry: RegistryDep) -> FileResponse:
+    """`cone demo`'s eval report (report.md, as text) once every index is built and evaluated."""
+    return FileResponse(report_file(registry, "report.md"), media_type="text/plain; charset=utf-8")
+
+
+@router.get("/report.json", response_class=FileResponse, responses={404: {"model": ErrorResponse}})
+def report_json(registry: RegistryDep) -> FileResponse:
+    """The same report as JSON (schema in docs/eval.md)."""
+    return FileResponse(report_file(registry, "report.json"), media_type="application/json")
 
 
 @router.post("/admin/reload", response_model=ReloadResponse, responses={401: {"model": ErrorResponse}, **ERRORS})
@@ -287,10 +344,12 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     batching: BatchSettings = DEFAULT_BATCHING,
     docs: bool = True,
+    builds: BuildProgress | None = None,
 ) -> FastAPI:
     """The app over every index in ``indexes``; /readyz turns ready once they are loaded. ``docs``: serve /docs
-    and /redoc (their scripts come from a public CDN)."""
-    registry = Registry(indexes, checkpoints, batching)
+    and /redoc (their scripts come from a public CDN). ``builds``: what a background builder is still making;
+    each model joins when it is written, and the eval report is served once the builder sets it."""
+    registry = Registry(indexes, checkpoints, batching, builds)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

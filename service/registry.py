@@ -21,6 +21,7 @@ from cone.indexing import store
 from cone.indexing.index import Hit, Index, SearchResult
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 from cone.indexing.open import open_index
+from cone.indexing.progress import BuildProgress, ModelProgress
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
 from cone.service.limits import one_line
 
@@ -132,16 +133,30 @@ def load_entries(
 
 
 class Registry:
-    """The current set of entries, readiness, and atomic reload."""
+    """The current set of entries, readiness, and atomic reload; and what a background builder is still making
+    (``builds``: its models join by a reload as each is written)."""
 
     def __init__(
-        self, folder: Path, checkpoints: Path | None = None, batching: BatchSettings = DEFAULT_BATCHING
+        self,
+        folder: Path,
+        checkpoints: Path | None = None,
+        batching: BatchSettings = DEFAULT_BATCHING,
+        builds: BuildProgress | None = None,
     ) -> None:
-        self.folder, self.checkpoints, self.batching = Path(folder), checkpoints, batching
+        self.folder, self.checkpoints, self.batching, self.builds = Path(folder), checkpoints, batching, builds
+        if builds is not None:
+            builds.when_built(self.load)  # a folder gone meanwhile keeps what serves, as a first load does
         self.entries: dict[str, Entry] = {}
         self.notes: list[str] = []  # what the last load recovered
         self.ready = threading.Event()
         self._reload_lock = threading.Lock()
+
+    def building(self, name: str) -> ModelProgress | None:
+        """The build of ``name`` if it is not served yet but on its way."""
+        entry = self.entries.get(name)
+        if self.builds is None or (entry is not None and entry.available):
+            return None
+        return self.builds.get(name)
 
     def load(self) -> dict[str, Entry]:
         """The first load: never raises; a folder that cannot be listed leaves the set as it was, with a note."""

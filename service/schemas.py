@@ -83,6 +83,16 @@ class SearchResponse(BaseModel):
     spread: Spread
 
 
+class BuildState(BaseModel):
+    """A model whose indexes are still being built (``cone demo``): it joins the service when they are written."""
+
+    model: str
+    state: str = Field(description="queued | encoding (its corpus) | indexing (writing its indexes)")
+    done: int = Field(description="corpus documents encoded so far")
+    total: int = Field(description="documents in the corpus")
+    seconds_left: float | None = Field(description="the encoding's time left at its rate so far; null before then")
+
+
 class ModelInfo(BaseModel):
     name: str = Field(description="the index's name: what /search, /compare and /histogram take")
     model: str | None = Field(description="the model whose vectors it holds (the page groups indexes by it)")
@@ -96,6 +106,7 @@ class ModelInfo(BaseModel):
     synthetic: bool = Field(description="a deliberate degradation (cone:, rogue:) of a model's vectors, not a model")
     metric: str | None
     geometry: Geometry | None
+    building: BuildState | None = Field(None, description="its build, while it is not served yet (cone demo)")
 
 
 class ModelsResponse(BaseModel):
@@ -144,6 +155,13 @@ class Readiness(Status):
     available: int | None = Field(None, description="models that answer (once ready)")
     unavailable: int | None = Field(None, description="models listed with the reason they do not (once ready)")
     recovered: list[str] = Field(default_factory=list, description="indexes put back after an interrupted build")
+    background: str | None = Field(
+        None,
+        description="cone demo's work beside the service: building | evaluating (every index built: the report "
+        "is being written) | done | failed: REASON | stopped; null when nothing is built in the background",
+    )
+    building: list[BuildState] = Field(default_factory=list, description="models still to join, in build order")
+    report: str | None = Field(None, description="where the eval report is served (/report), once written")
 
 
 class ReloadResponse(BaseModel):

@@ -14,7 +14,7 @@ import uvicorn
 from cone.service.app import create_app
 
 from local_service import free_port, wait_ready
-from tiny import build_tiny_indexes
+from tiny import build_tiny_indexes, hold_after_first_batch
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
@@ -110,3 +110,69 @@ def test_chosen_indexes_get_columns_and_an_overlay_histogram(served):
         assert "empty or whitespace" in page.inner_text("#error")
         browser.close()
     assert refused == []
+
+
+def test_a_model_joins_the_page_while_another_is_still_being_built(
+    shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
+):
+    """`cone demo`'s service: bm25 serves first; baseline joins the page while regularized's build (held after its
+    first batch) shows its progress; released, regularized joins too, then the eval report's link appears."""
+    import argparse
+
+    from playwright.sync_api import sync_playwright
+
+    from cone.cli import demo
+    from cone.eval.harness import load_eval_data
+    from cone.indexing import dense
+    from cone.indexing.progress import BuildProgress
+
+    monkeypatch.setenv(dense.CACHE_ENV, str(tmp_path / "cache"))  # the corpus really encoded, in batches of 8
+    monkeypatch.setattr(dense, "COUNTED_BATCH", 8)
+    monkeypatch.setattr(demo.Demo, "show_instruments", lambda self: None)  # tested by test_eval's demo test
+    release = hold_after_first_batch(monkeypatch, "regularized")
+    models = ["bm25", "baseline", "regularized"]
+    args = argparse.Namespace(
+        out=tmp_path, dataset="tiny", models=models, postprocess=["none"], checkpoints=tiny_checkpoints,
+        data_dir=shared_tiny_beir, no_progress=True, host="127.0.0.1", port=free_port(),
+    )  # fmt: skip
+    work = demo.Demo(args, load_eval_data(shared_tiny_beir, "tiny"))
+    builds = BuildProgress(models, 40)
+    work.build(["bm25"], builds)  # the first index, before the service
+    app = create_app(work.indexes, tiny_checkpoints, builds=builds)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+    threading.Thread(target=server.run, daemon=True).start()
+    url = f"http://{args.host}:{args.port}"
+    wait_ready(url, timeout=60)
+    worker = threading.Thread(target=demo.work_in_background, args=(work, models[1:], builds), daemon=True)
+    worker.start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page()
+            page.goto(url + "/")
+            page.wait_for_selector("#chooser input[value=bm25]", timeout=30_000)
+            baseline = "document.querySelector('#chooser input[value=baseline]:not([disabled])')"
+            _wait_until(page, baseline, 60)  # joined without a reload of the page
+            held = "regularized: being built, 8 of 40 documents encoded"  # its first batch, the rest held
+            _wait_until(page, f"document.getElementById('building').textContent.includes('{held}')", 30)
+            assert page.locator("#chooser input[value=regularized]").is_disabled()
+            assert page.locator("#report").is_hidden()
+
+            page.fill("#q", "cell protein expression")
+            page.click("button[type=submit]")
+            page.wait_for_selector(".column[data-model=baseline] .hit", timeout=30_000)
+            columns = page.eval_on_selector_all(".column", "cs => cs.map(c => c.dataset.model)")
+            assert sorted(columns) == ["baseline", "bm25"]  # regularized is still on its way: no column, no error
+            assert page.inner_text("#error") == ""
+
+            release.set()  # regularized's other batches come back: it joins, with a column for the last query
+            page.wait_for_selector(".column[data-model=regularized] .hit", timeout=60_000)
+            page.wait_for_selector("#report a[href='/report']", state="visible", timeout=120_000)
+            assert page.inner_text("#building") == ""
+            browser.close()
+        assert builds.stage == "done" and (builds.report / "report.md").is_file()
+    finally:
+        release.set()
+        builds.cancel()
+        worker.join(60)
+        server.should_exit = True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from cone.models.gpt import GPTConfig
 from cone.models.train import TrainConfig
 
@@ -37,3 +39,22 @@ def build_tiny_indexes(root, beir_root, checkpoints, dense: list[tuple[str, str]
         build_dense(load_encoder(model, checkpoints), ds, root / store.index_name(model, spec), spec, progress=False)
     build_bm25(ds, root / "bm25", progress=False)
     return root
+
+
+def hold_after_first_batch(monkeypatch, model: str) -> threading.Event:
+    """``model``'s encoder returns its first batch, then waits for the returned event before each next one: a
+    build that stays in progress as long as a test needs (no sleeps in the code under test)."""
+    from cone.encoders.st import SentenceTransformerEncoder
+
+    release, calls = threading.Event(), []
+    original = SentenceTransformerEncoder.encode
+
+    def held(self, texts, *args, **kwargs):
+        if self.name == model:
+            calls.append(len(texts))
+            if len(calls) > 1:
+                assert release.wait(120), f"{model}'s build was never released"
+        return original(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerEncoder, "encode", held)
+    return release
