@@ -41,9 +41,58 @@ def test_api_waits_for_index_and_serves_its_volume(compose):
     assert all(port.startswith("127.0.0.1:") for port in api["ports"])
 
 
-def test_dockerfile_installs_the_pinned_cpu_torch_and_the_wheel():
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "torch==2.13.0" in dockerfile and "download.pytorch.org/whl/cpu" in dockerfile
-    # The install path tests/test_install.py runs for real: build the wheel, install the wheel (not the source tree).
-    assert "pip wheel --no-deps" in dockerfile and "pip install /dist/cone-*.whl" in dockerfile
-    assert "pip install ." not in dockerfile and "pip install -e" not in dockerfile
+def dockerfile_stages(text: str) -> list[list[tuple[str, str]]]:
+    """The Dockerfile as stages of (INSTRUCTION, arguments), comments and line continuations resolved."""
+    stages: list[list[tuple[str, str]]] = []
+    for line in text.replace("\\\n", " ").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        instruction, _, arguments = line.strip().partition(" ")
+        if instruction.upper() == "FROM":
+            stages.append([])
+        stages[-1].append((instruction.upper(), arguments.strip()))
+    return stages
+
+
+def dockerfile_problems(text: str) -> list[str]:
+    """What keeps a Dockerfile from being cone's image: the wheel built in a first stage, installed in the second
+    after the pinned CPU torch (the install path tests/test_install.py runs), never the source tree."""
+    stages = dockerfile_stages(text)
+    if len(stages) != 2:
+        return [f"{len(stages)} stages, not a wheel stage and an image"]
+    builder, final = stages
+    runs = [args for instruction, args in final if instruction == "RUN"]
+    torch_at = next((i for i, a in enumerate(runs) if "torch==2.13.0" in a.split() and "whl/cpu" in a), None)
+    wheel_at = next((i for i, a in enumerate(runs) if a.startswith("pip install /dist/cone-") and ".whl" in a), None)
+    checks = {
+        "the first stage is not the wheel builder": builder[0] == ("FROM", "python:3.11-slim AS wheel"),
+        "no wheel is built": ("RUN", "pip wheel --no-deps --wheel-dir /dist .") in builder,
+        "torch==2.13.0 is not installed from the CPU index": torch_at is not None,
+        "the builder's wheel is not installed": wheel_at is not None and ("COPY", "--from=wheel /dist /dist") in final,
+        "the wheel is installed before torch": None in (torch_at, wheel_at) or torch_at < wheel_at,
+        "pip installs something besides torch and the wheel": all(
+            i in (torch_at, wheel_at) for i, a in enumerate(runs) if "pip install" in a
+        ),
+        "the image copies the source tree": all(i != "COPY" or a.startswith("--from=wheel") for i, a in final),
+        "the image does not run cone": final[-1][0] == "CMD" and final[-1][1].startswith('["cone"'),
+    }
+    return [problem for problem, ok in checks.items() if not ok]
+
+
+def test_dockerfile_builds_the_wheel_then_installs_it_after_the_pinned_cpu_torch():
+    assert dockerfile_problems((ROOT / "Dockerfile").read_text()) == []
+
+
+def test_a_dockerfile_that_installs_the_source_tree_is_refused():
+    good = (ROOT / "Dockerfile").read_text()
+    source = good.replace("COPY --from=wheel /dist /dist", "COPY . /src").replace(
+        "RUN pip install /dist/cone-*.whl && rm -rf /dist", "RUN pip install -e /src"
+    )
+    assert dockerfile_problems(source) == [
+        "the builder's wheel is not installed",
+        "pip installs something besides torch and the wheel",
+        "the image copies the source tree",
+    ]
+    torch_last = good.replace("RUN pip install torch==2.13.0", "RUN true\nRUN pip install torch==2.13.0")
+    torch_last = torch_last.replace("RUN true\n", "RUN pip install /dist/cone-*.whl\n")
+    assert "the wheel is installed before torch" in dockerfile_problems(torch_last)
