@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from cone.cli import main
+from cone.geometry import measure
 
 DISTS = {"gaussian", "cone", "rank_collapse", "redundant", "point"}
 
@@ -25,7 +26,12 @@ def test_vectors_reports_instruments(tmp_path, capsys):
     path = tmp_path / "x.npy"
     np.save(path, np.random.default_rng(0).standard_normal((100, 8)).astype(np.float32))
     assert main(["geometry", "vectors", str(path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["n"] == 100
+    report = json.loads(capsys.readouterr().out)
+    expected = measure(np.load(path))
+    assert report["n"] == 100 and report["d"] == 8
+    for name in ("anisotropy", "decorrelation", "effective_rank", "sigreg"):
+        assert report[name] == pytest.approx(getattr(expected, name), rel=1e-6), name
+    assert report["effective_rank"] > 7  # Gaussian columns: nearly full rank, not a number echoed back
 
 
 @pytest.mark.parametrize(
