@@ -17,7 +17,7 @@ from cone.models.checkpoint import load_checkpoint, load_token_counts
 from cone.models.tokenizer import train_tokenizer
 from cone.models.train import DEFAULT_REG_COS, TrainConfig, train
 
-from tiny import TINY, tiny_cfg
+from tiny import TINY, tiny_cfg, train_cut_at
 
 
 def last_log(path: Path) -> dict:
@@ -90,17 +90,7 @@ def test_same_data_order_whatever_the_regularizer(tiny_corpus, tmp_path, monkeyp
 
 def test_interrupt_saves_and_resume_matches_uninterrupted(tiny_corpus, tmp_path, monkeypatch):
     straight = train(tmp_path / "straight", [tiny_corpus], tiny_cfg(1.0), TINY, progress=False)
-    real_step = train_module.train_step
-
-    def interrupt_at_12(model, opt, cfg, x, step):
-        if step == 12:
-            raise KeyboardInterrupt
-        return real_step(model, opt, cfg, x, step)
-
-    monkeypatch.setattr(train_module, "train_step", interrupt_at_12)
-    with pytest.raises(KeyboardInterrupt):
-        train(tmp_path / "cut", [tiny_corpus], tiny_cfg(1.0), TINY, progress=False)
-    monkeypatch.setattr(train_module, "train_step", real_step)
+    train_cut_at(12, tmp_path / "cut", tiny_corpus, tiny_cfg(1.0), TINY, monkeypatch)
     assert json.loads((tmp_path / "cut" / "config.json").read_text())["step"] == 12
     resumed = train(tmp_path / "cut", [tiny_corpus], tiny_cfg(1.0), TINY, resume=True, progress=False)
     assert last_log(resumed)["val_loss"] == pytest.approx(last_log(straight)["val_loss"], abs=1e-6)

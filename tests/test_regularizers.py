@@ -16,7 +16,7 @@ from cone.geometry.regularizer import TERMS, reg_cos, regularizer_terms, sample_
 from cone.models.checkpoint import read_config, read_log
 from cone.models.train import DEFAULT_LAMBDAS, parse_regularizers, train
 
-from tiny import TINY, tiny_cfg
+from tiny import TINY, tiny_cfg, train_cut_at
 
 
 def _tables(n: int = 512, d: int = 64) -> dict[str, torch.Tensor]:
@@ -158,25 +158,13 @@ def test_the_command_line_maps_reg_onto_the_config(capsys):
 
 
 def test_a_mix_of_terms_trains_logs_each_term_and_resumes_exactly(tiny_corpus, tmp_path, monkeypatch):
-    from cone.models import train as train_module
-
     cfg = replace(tiny_cfg(0.0, tokens=8 * 16 * 12), reg={"barlow": 1.0, "sigreg": 1.0, "center": 1.0})
     straight = train(tmp_path / "straight", [tiny_corpus], cfg, TINY, progress=False)
     log = read_log(straight)
     assert set(log[-1]["reg"]) == {"barlow", "sigreg", "center"} and all(v > 0 for v in log[-1]["reg"].values())
     assert {"top_pc_share", "uniformity"} <= set(log[-1])
     assert read_config(straight)["train"]["reg"] == cfg.reg
-    real_step = train_module.train_step
-
-    def interrupt_at_8(model, opt, cfg, x, step):
-        if step == 8:
-            raise KeyboardInterrupt
-        return real_step(model, opt, cfg, x, step)
-
-    monkeypatch.setattr(train_module, "train_step", interrupt_at_8)
-    with pytest.raises(KeyboardInterrupt):
-        train(tmp_path / "cut", [tiny_corpus], cfg, TINY, progress=False)
-    monkeypatch.setattr(train_module, "train_step", real_step)
+    train_cut_at(8, tmp_path / "cut", tiny_corpus, cfg, TINY, monkeypatch)
     resumed = train(tmp_path / "cut", [tiny_corpus], cfg, TINY, resume=True, progress=False)
     assert json.dumps(read_log(resumed)[-1]["reg"]) == json.dumps(log[-1]["reg"])
     assert read_log(resumed)[-1]["val_loss"] == log[-1]["val_loss"]

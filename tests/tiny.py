@@ -58,3 +58,22 @@ def hold_after_first_batch(monkeypatch, model: str) -> threading.Event:
 
     monkeypatch.setattr(SentenceTransformerEncoder, "encode", held)
     return release
+
+
+def train_cut_at(step: int, out, corpus, cfg: TrainConfig, model_cfg: GPTConfig, monkeypatch) -> None:
+    """Train into ``out`` as Ctrl-C at ``step`` leaves it (the checkpoint that KeyboardInterrupt saves)."""
+    import pytest
+
+    from cone.models import train as train_module
+
+    real_step = train_module.train_step
+
+    def interrupt(model, opt, cfg, x, at):
+        if at == step:
+            raise KeyboardInterrupt
+        return real_step(model, opt, cfg, x, at)
+
+    monkeypatch.setattr(train_module, "train_step", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        train_module.train(out, [corpus], cfg, model_cfg, progress=False)
+    monkeypatch.setattr(train_module, "train_step", real_step)
