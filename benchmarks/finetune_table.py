@@ -1,12 +1,19 @@
-"""After fine-tuning: does a regularized starting point give a better retriever? One command, one table.
+"""After fine-tuning: which starting point gives the better retriever? One command, one table.
 
-Every fine-tuned run under RUNS (`cone finetune --from START --out RUNS/START-seedS --seed S`) is evaluated by the
-eval harness on SciFact test and STS-B test, plain and whitened, beside the floors (the raw LMs) and the ceiling
-(MiniLM). Per starting point: mean ± std over its seeds. Between the two starting points: the eval's paired tests
+Every fine-tuned run under RUNS (`cone finetune --from START --out RUNS/START-seedS --seed S`, e.g. by
+benchmarks/finetune_runs.sh) is evaluated by the eval harness on the dataset's test queries and STS-B test, plain
+and whitened, beside the references (the raw LMs are the floor, MiniLM the ceiling). Per starting point: mean ± std
+over its seeds. Each starting point against --against (default: the first by name): the eval's paired tests
 (nDCG@10: Fisher randomization over the test queries; STS: paired bootstrap of Δρ) on each start's per-query
 nDCG@10 and pair cosines averaged over its seeds, p adjusted over the table (Benjamini-Hochberg).
 
-Usage: python benchmarks/finetune_table.py RUNS [--data-dir DIR] [--indexes DIR] [--json]
+--write-json FILE keeps every run's row (metrics, per-query nDCG@10, STS pair cosines: the models' outputs, no
+data) with the command and commit that made them; --from-json FILE prints the same table from it in seconds (the
+STS gold scores are read from the data dir, never committed). The table is always computed from those rows, so
+both paths print the same figures.
+
+Usage: python benchmarks/finetune_table.py RUNS [--against START] [--data-dir DIR] [--indexes DIR] [--write-json F]
+       python benchmarks/finetune_table.py --from-json F [--against START] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,81 +33,134 @@ from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult, Samples
 from cone.eval.significance import compare_pairs
 
-RUN = re.compile(r"^(?P<start>[a-z]+)-seed(?P<seed>\d+)$")
+RUN = re.compile(r"^(?P<start>[a-z][a-z_]*)-seed(?P<seed>\d+)$")
 POSTPROCESS = ("none", "whiten")
 REFERENCES = ("baseline", "regularized", "minilm")  # the floors and the ceiling
+KEYS = ("ndcg_at_10", "stsb_spearman", "anisotropy", "effective_rank", "random_cos_std")
+DIGITS = 7  # the per-query and per-pair values kept in the JSON (and used by the table in both paths)
 
 
-def seed_runs(runs: Path) -> dict[str, list[Path]]:
-    """start -> its finished runs (a folder with modules.json), by seed."""
-    found: dict[str, list[Path]] = {}
+def seed_runs(runs: Path) -> dict[str, dict[int, Path]]:
+    """start -> seed -> its finished run (a folder with modules.json)."""
+    found: dict[str, dict[int, Path]] = {}
     for folder in sorted(runs.iterdir()):
         if (match := RUN.match(folder.name)) and (folder / "modules.json").is_file():
-            found.setdefault(match["start"], []).append(folder)
+            found.setdefault(match["start"], {})[int(match["seed"])] = folder
     return found
 
 
-def averaged(rows: list[EvalResult], label: str) -> EvalResult:
+def _record(result: EvalResult, start: str | None, seed: int | None) -> dict:
+    sts = result.samples.sts or {}
+    return {
+        "model": result.model,
+        "start": start,
+        "seed": seed,
+        "postprocess": result.postprocess,
+        "metrics": {key: result.metrics[key] for key in KEYS},
+        "ndcg": np.round(result.samples.ndcg, DIGITS).tolist(),
+        "sts": {name: np.round(values, DIGITS).tolist() for name, values in sts.items()},
+    }
+
+
+def collect(runs: Path, root: Path, dataset: str, indexes: Path, references: tuple[str, ...]) -> list[dict]:
+    """Every reference and every run evaluated, one record per (model, post-processing)."""
+    starts = seed_runs(runs)
+    where = {f"st:{folder}": (start, seed) for start, seeds in starts.items() for seed, folder in seeds.items()}
+    data = load_eval_data(root, dataset)
+    results = run_eval(data, EvalPlan((*references, *where), indexes, POSTPROCESS, progress=False))
+    return [_record(r, *where.get(r.model, (None, None))) for r in results]
+
+
+def _result(label: str, rows: list[dict]) -> EvalResult:
     """One result standing for several seeds: per-query nDCG@10 and per-pair STS cosines averaged."""
-    sts = {name: np.mean([r.samples.sts[name] for r in rows], axis=0) for name in rows[0].samples.sts or {}}
-    samples = Samples(np.mean([r.samples.ndcg for r in rows], axis=0), sts=sts or None)
-    return EvalResult(label, rows[0].postprocess, None, metrics={}, samples=samples)
+    sts = {name: np.mean([r["sts"][name] for r in rows], axis=0) for name in rows[0]["sts"]}
+    samples = Samples(np.mean([r["ndcg"] for r in rows], axis=0), sts=sts or None)
+    return EvalResult(label, rows[0]["postprocess"], None, metrics={}, samples=samples)
 
 
-def summarize(rows: list[EvalResult]) -> dict:
+def _summary(rows: list[dict]) -> dict:
     out = {}
-    for key in ("ndcg_at_10", "stsb_spearman", "anisotropy", "effective_rank", "random_cos_std"):
-        values = np.array([r.metrics[key] for r in rows])
+    for key in KEYS:
+        values = np.array([r["metrics"][key] for r in rows])
         out[key] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path)
-    parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--indexes", type=Path, default=Path("runs/finetune-indexes"))
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    starts = seed_runs(args.runs)
-    if len(starts) != 2 or min(len(v) for v in starts.values()) < 2:
-        raise SystemExit(f"need two starting points with at least 2 seeds each under {args.runs}")
-    data = load_eval_data(data_dir(args.data_dir), "scifact")
-    models = [*REFERENCES, *(f"st:{run}" for runs in starts.values() for run in runs)]
-    results = run_eval(data, EvalPlan(tuple(models), args.indexes, tuple(POSTPROCESS), progress=False))
-    table, groups = [], {}
+def table(records: list[dict], against: str | None, sts_gold: dict[str, list[float]]) -> tuple[list[dict], list]:
+    """The rows (references, then each start with its seeds) per post-processing, and each start against one."""
+    starts = sorted({r["start"] for r in records if r["start"]})
+    against = against or (starts[0] if starts else None)
+    if against not in starts or len(starts) < 2:
+        raise SystemExit(f"need two starting points, one of them {against!r}; found {starts}")
+    rows, chosen = [], []
     for spec in POSTPROCESS:
-        for name in REFERENCES:
-            row = next(r for r in results if r.model == name and r.postprocess == spec)
-            table.append({"model": name, "postprocess": spec, "seeds": 1, **summarize([row])})
-        for start, runs in starts.items():
-            rows = [r for r in results if r.postprocess == spec and r.model in {f"st:{run}" for run in runs}]
-            groups[(start, spec)] = rows
-            table.append({"model": f"{start}-ft", "postprocess": spec, "seeds": len(rows), **summarize(rows)})
-            table[-1]["per_seed_ndcg"] = [r.metrics["ndcg_at_10"] for r in rows]
-    first, second = sorted(starts)  # baseline, regularized
-    chosen = [
-        # the model's name only: a result's label adds its post-processing itself (not "+whiten+whiten")
-        (averaged(groups[(first, spec)], f"{first}-ft"), averaged(groups[(second, spec)], f"{second}-ft"))
-        for spec in POSTPROCESS
-    ]
-    comparisons = compare_pairs(chosen, {name: pairs.scores for name, pairs in data.sts.items()})
-    if args.json:
-        print(json.dumps({"rows": table, "comparisons": [c.to_json() for c in comparisons]}, indent=2))
-        return
+        here = [r for r in records if r["postprocess"] == spec]
+        references = [r for r in here if not r["start"]]
+        rows += [{"model": r["model"], "postprocess": spec, "seeds": [], **_summary([r])} for r in references]
+        groups = {s: sorted((r for r in here if r["start"] == s), key=lambda r: r["seed"]) for s in starts}
+        for start, group in groups.items():
+            seeds = [r["seed"] for r in group]
+            row = {"model": f"{start}-ft", "postprocess": spec, "seeds": seeds, **_summary(group)}
+            rows.append(row | {"per_seed_ndcg": [r["metrics"]["ndcg_at_10"] for r in group]})
+        reference = _result(f"{against}-ft", groups[against])
+        chosen += [(reference, _result(f"{s}-ft", group)) for s, group in groups.items() if s != against]
+    return rows, compare_pairs(chosen, sts_gold)
+
+
+def print_markdown(rows: list[dict], comparisons: list) -> None:
     print("| model | post-processing | seeds | nDCG@10 | STS-B ρ | anisotropy | effective rank | random-pair cos std |")
     print("|---|---|---|---|---|---|---|---|")
-    for row in table:
-        keys = ("ndcg_at_10", "stsb_spearman", "anisotropy", "effective_rank", "random_cos_std")
-        cells = [
-            f"{row[k]['mean']:.4f} ± {row[k]['std']:.4f}" if row["seeds"] > 1 else f"{row[k]['mean']:.4f}" for k in keys
-        ]
-        print(f"| {row['model']} | {row['postprocess']} | {row['seeds']} | " + " | ".join(cells) + " |")
+    for row in rows:
+        several = len(row["seeds"]) > 1
+        cells = [f"{row[k]['mean']:.4f} ± {row[k]['std']:.4f}" if several else f"{row[k]['mean']:.4f}" for k in KEYS]
+        seeds = ",".join(map(str, row["seeds"])) or "-"
+        print(f"| {row['model']} | {row['postprocess']} | {seeds} | " + " | ".join(cells) + " |")
     print("\n| b vs a (seed-averaged) | Δ nDCG@10 | p (BH-adjusted) | Δ STS-B ρ [95% interval] |")
     print("|---|---|---|---|")
     for c in comparisons:
         sts = "; ".join(f"{d.delta:+.4f} [{d.ci95[0]:+.4f}, {d.ci95[1]:+.4f}]" for d in c.sts)
         print(f"| {c.b} vs {c.a} | {c.ndcg_delta:+.4f} | {c.ndcg_p:.3g} ({c.ndcg_p_adjusted:.3g}) | {sts} |")
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path, nargs="?", help="folder of START-seedS fine-tuned runs")
+    parser.add_argument("--from-json", type=Path, help="the rows a --write-json wrote, instead of RUNS")
+    parser.add_argument("--against", help="the starting point every other is compared with (default: first by name)")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--dataset", default="scifact", help="BEIR dataset under the data dir (default scifact)")
+    parser.add_argument("--indexes", type=Path, default=Path("runs/finetune-indexes"))
+    parser.add_argument(
+        "--references", default=",".join(REFERENCES), help="comma list of models shown beside the runs (or '')"
+    )
+    parser.add_argument("--write-json", type=Path, help="keep every run's row here")
+    parser.add_argument("--json", action="store_true", help="print the table and the tests as JSON")
+    args = parser.parse_args(argv)
+    if (args.runs is None) == (args.from_json is None):
+        parser.error("give RUNS or --from-json FILE")
+    root = data_dir(args.data_dir)
+    if args.from_json:
+        records = json.loads(args.from_json.read_text())["rows"]
+    else:
+        references = tuple(m for m in args.references.split(",") if m)
+        records = collect(args.runs, root, args.dataset, args.indexes, references)
+    if args.write_json:
+        command = ["python", "benchmarks/finetune_table.py", *(sys.argv[1:] if argv is None else argv)]
+        record = {"command": " ".join(map(str, command)), "commit": _commit(), "rows": records}
+        args.write_json.write_text(json.dumps(record) + "\n")
+    gold = {name: pairs.scores for name, pairs in load_eval_data(root, args.dataset).sts.items()}
+    rows, comparisons = table(records, args.against, gold)
+    if args.json:
+        print(json.dumps({"rows": rows, "comparisons": [c.to_json() for c in comparisons]}, indent=2))
+    else:
+        print_markdown(rows, comparisons)
 
 
 if __name__ == "__main__":

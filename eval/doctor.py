@@ -15,13 +15,12 @@ from importlib.util import find_spec
 
 import faiss
 import numpy as np
-from ranx.statistical_tests import fisher_randomization_test
 from scipy.stats import false_discovery_control
 
 from cone.data.loaders import RetrievalDataset, doc_text
 from cone.errors import InputError
 from cone.eval import metrics
-from cone.eval.significance import ALPHA, PERMUTATIONS, SEED
+from cone.eval.significance import ALPHA, paired_p
 from cone.geometry import measure, pair_cosines, spread, unit_rows
 from cone.geometry.summary import Geometry
 from cone.indexing import postprocess as pp
@@ -267,8 +266,7 @@ def _effect(repair: str, rows: np.ndarray, raw: np.ndarray, ndcg: Callable | Non
     if ndcg is None:
         return RepairEffect(repair, agreement)
     mine, before = ndcg(rows), ndcg(raw)
-    p = 1.0 if repair == "none" else float(fisher_randomization_test(before, mine, PERMUTATIONS, ALPHA, SEED)[0])
-    p = max(p, 1.0 / PERMUTATIONS)  # no finite test says p = 0: its floor is 1 / permutations
+    p = 1.0 if repair == "none" else paired_p(before, mine)
     return RepairEffect(repair, agreement, float(mine.mean()), float(mine.mean() - before.mean()), p)
 
 

@@ -77,8 +77,8 @@ COMPARISONS_NOTE = (
     "Each row against its model's plain row (and the regularized LM against the baseline; a row run by ONNX / "
     "OpenVINO against the same row run by torch; a synthetic damage such as cone:0.99 [PQ32] against the healthy "
     "row of its factory, [PQ32]; a repaired row such as cone:0.99+center [PQ32] against the damaged row it repairs "
-    "and against that healthy row). nDCG@10: paired "
-    "Fisher randomization test over the test queries (ranx), p adjusted by Benjamini-Hochberg over this table; "
+    "and against that healthy row). nDCG@10: paired Fisher randomization test over the test queries "
+    "(10,000 seeded sign flips), p adjusted by Benjamini-Hochberg over this table; "
     "STS: paired bootstrap 95% interval of Δρ. **yes** = significant at 0.05."
 )
 

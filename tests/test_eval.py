@@ -219,3 +219,21 @@ def test_a_repaired_row_is_compared_with_the_damage_it_repairs_and_with_the_heal
     assert ("none", "PQ32", "cone:0.99", "PQ32") in found  # what the damage costs that index type
     assert not any(b == "center" and a != "none" for a, _, b, _ in found)  # a plain repair repairs no damage
     assert len(found) == len(pairs(list(rows.values())))  # each pair once
+
+
+def test_the_paired_test_is_exact_on_few_queries_and_the_same_on_every_call():
+    import itertools
+
+    from cone.eval.significance import PERMUTATIONS, paired_p
+
+    rng = np.random.default_rng(3)
+    a = rng.random(10)
+    b = a + rng.normal(0.15, 0.2, 10)
+    flips = np.array(list(itertools.product((-1, 1), repeat=10)))  # all 1,024 sign flips: the exact test
+    exact = np.mean(np.abs((flips * (b - a)).mean(1)) >= abs((b - a).mean()) - 1e-12)
+    assert paired_p(a, b) == pytest.approx(exact)
+    many = rng.random(300)
+    shifted = many + rng.normal(0.03, 0.3, 300)
+    assert len({paired_p(many, shifted) for _ in range(3)}) == 1  # seeded: a regenerated report keeps its p
+    assert paired_p(many, many + 1.0) == pytest.approx(2 / (PERMUTATIONS + 1))  # never 0: both tails, +1 each
+    assert paired_p(many, many) == 1.0

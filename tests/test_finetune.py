@@ -153,3 +153,49 @@ def test_a_saved_encoder_loads_as_saved_and_a_module_naming_other_code_is_refuse
     (saved / "modules.json").write_text("[{")
     with pytest.raises(ModelUnavailable, match="modules.json unreadable"):
         load_sentence_model(saved)
+
+
+def test_finetune_table_regenerates_from_its_json_and_compares_each_start_with_the_chosen_one(
+    train_data, tiny_checkpoints, tmp_path, capsys
+):
+    import runpy
+    from pathlib import Path
+
+    table = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "finetune_table.py"), run_name="under_test")
+    runs = tmp_path / "runs"
+    for start in ("baseline", "regularized"):
+        for seed in (0, 1):
+            args = ["finetune", "--from", str(tiny_checkpoints / start), "--out", str(runs / f"{start}-seed{seed}"),
+                    "--data-dir", str(train_data), "--mix", "scifact", "--max-steps", "2", "--batch-size", "8",
+                    "--seed", str(seed), "--no-progress"]  # fmt: skip
+            assert main(args) == 0
+    (runs / "regularized-seed2").mkdir()  # unfinished: no modules.json, not a row
+    common = ["--data-dir", str(train_data), "--dataset", "tiny", "--against", "regularized"]
+    saved = tmp_path / "rows.json"
+    capsys.readouterr()
+    table["main"](
+        [str(runs), *common, "--references", "", "--indexes", str(tmp_path / "idx"), "--write-json", str(saved)]
+    )
+    printed = capsys.readouterr().out
+    table["main"](["--from-json", str(saved), *common])
+    assert capsys.readouterr().out == printed  # the committed rows give the same table, to the last digit
+    record = json.loads(saved.read_text())
+    assert record["command"].startswith("python benchmarks/finetune_table.py") and len(record["commit"]) >= 7
+    assert len(record["rows"]) == 8  # 2 starts x 2 seeds x (plain, whitened)
+    for row in record["rows"]:
+        assert np.mean(row["ndcg"]) == pytest.approx(row["metrics"]["ndcg_at_10"], abs=1e-6)
+        assert len(row["sts"]["stsb"]) == 30
+    table["main"](["--from-json", str(saved), *common, "--json"])
+    found = json.loads(capsys.readouterr().out)
+    assert [(r["model"], r["seeds"]) for r in found["rows"]] == [
+        ("baseline-ft", [0, 1]),
+        ("regularized-ft", [0, 1]),
+    ] * 2
+    assert [(c["a"], c["b"]) for c in found["comparisons"]] == [
+        ("regularized-ft", "baseline-ft"),
+        ("regularized-ft+whiten", "baseline-ft+whiten"),
+    ]
+    baseline = [r for r in record["rows"] if r["start"] == "baseline" and r["postprocess"] == "none"]
+    assert found["rows"][0]["per_seed_ndcg"] == [r["metrics"]["ndcg_at_10"] for r in baseline]
+    with pytest.raises(SystemExit, match="need two starting points"):
+        table["main"](["--from-json", str(saved), *common[:-1], "center"])
