@@ -249,7 +249,7 @@ def _exact_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData) -> 
         values[STS_MEAN] = float(np.mean([values[sts_key(name)] for name in sts]))
     values |= {k: getattr(index.manifest.geometry, k) for k in GEOMETRY_KEYS}
     values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines.mean  # what cone:C targets
-    return values, Samples(ndcg, random, relevant, sts or None), rows
+    return values, Samples(ndcg, random, relevant, sts or None, rows[:, : metrics.HUB_K], len(index.docs)), rows
 
 
 def _approximate_row(
@@ -262,7 +262,7 @@ def _approximate_row(
     values["recall_at_10_vs_flat"] = metrics.overlap_at_k(rows[test_rows], exact[test_rows])
     values |= {k: getattr(index.manifest.geometry, k) for k in GEOMETRY_KEYS}
     values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines.mean  # the same vectors, before coding
-    return values, Samples(ndcg)
+    return values, Samples(ndcg, top=rows[:, : metrics.HUB_K], n_docs=len(index.docs))
 
 
 def evaluate_dense(

@@ -79,11 +79,12 @@ COMPARISONS_NOTE = (
     "row of its factory, [PQ32]; a repaired row such as cone:0.99+center [PQ32] against the damaged row it repairs "
     "and against that healthy row). nDCG@10: paired Fisher randomization test over the test queries "
     "(10,000 seeded sign flips), p adjusted by Benjamini-Hochberg over this table; "
-    "STS: paired bootstrap 95% interval of Δρ. **yes** = significant at 0.05."
+    "STS ρ, threshold F1 (exact rows) and hubness skew: paired bootstrap 95% interval of the difference (STS and "
+    "threshold pairs, or queries, resampled; the same draws for both rows). **yes** = significant at 0.05."
 )
 
 
-def _sts_cell(deltas: list[dict]) -> str:
+def _interval_cell(deltas: list[dict]) -> str:
     cells = []
     for d in deltas:
         low, high = d["ci95"]
@@ -94,13 +95,17 @@ def _sts_cell(deltas: list[dict]) -> str:
 
 
 def _comparison_table(comparisons: list[dict]) -> list[str]:
-    lines = ["| b vs a | Δ nDCG@10 | p (adjusted) | significant | Δ STS ρ [95% interval] significant |"]
-    lines.append("|---|---|---|---|---|")
+    lines = [
+        "| b vs a | Δ nDCG@10 | p (adjusted) | significant | Δ STS ρ [95% interval] significant "
+        "| Δ threshold F1 [95% interval] | Δ hubness skew [95% interval] |"
+    ]
+    lines.append("|---|---|---|---|---|---|---|")
     for c in comparisons:
         significant = "**yes**" if c["ndcg_significant"] else "no"
+        f1, hubs = (_interval_cell([c[key]] if c.get(key) else []) for key in ("threshold_f1", "hubness_skew"))
         lines.append(
             f"| {c['b']} vs {c['a']} | {c['ndcg_delta']:+.4f} | {c['ndcg_p']:.4f} ({c['ndcg_p_adjusted']:.4f}) | "
-            f"{significant} | {_sts_cell(c['sts'])} |"
+            f"{significant} | {_interval_cell(c['sts'])} | {f1} | {hubs} |"
         )
     return lines
 

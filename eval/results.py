@@ -45,6 +45,8 @@ class Samples:
     random: np.ndarray | None = None  # cosines of random (test query, document) pairs
     relevant: np.ndarray | None = None  # cosines of (test query, relevant document) pairs
     sts: dict[str, np.ndarray] | None = None  # each STS set's pair cosines, in file order
+    top: np.ndarray | None = None  # every query's top 10 rows (hubness), in sorted query-id order
+    n_docs: int = 0  # documents in the index the top rows point into
 
 
 @dataclass

@@ -11,18 +11,21 @@ import numpy as np
 from scipy.stats import bootstrap, false_discovery_control, permutation_test, spearmanr
 
 from cone.encoders.base import Layer, layer_order
-from cone.eval.results import EvalResult
+from cone.eval import metrics
+from cone.eval.results import EvalResult, Samples
 from cone.indexing.postprocess import is_synthetic
 
 PERMUTATIONS = 10_000
 RESAMPLES = 1_000
+DRAWS_AT_ONCE = 100
 ALPHA = 0.05
 SEED = 0
 
 
 @dataclass(frozen=True)
-class StsDelta:
-    """One STS set's Δρ of a comparison (b - a) and its paired bootstrap 95% interval."""
+class Delta:
+    """One figure's difference in a comparison (b - a) and its paired bootstrap 95% interval: an STS set's ρ
+    (named by the set), the threshold F1 or the hubness skew."""
 
     name: str
     delta: float
@@ -46,7 +49,9 @@ class Comparison:
     ndcg_delta: float  # b - a
     ndcg_p: float  # two-sided, from PERMUTATIONS random swaps of the paired per-query scores
     ndcg_p_adjusted: float  # Benjamini-Hochberg over every comparison of the report
-    sts: tuple[StsDelta, ...] = ()  # one per STS set both rows were measured on
+    sts: tuple[Delta, ...] = ()  # one per STS set both rows were measured on
+    threshold_f1: Delta | None = None  # both rows exact (the cosines of relevant and random pairs measured)
+    hubness_skew: Delta | None = None
 
     @property
     def ndcg_significant(self) -> bool:
@@ -61,6 +66,8 @@ class Comparison:
             "ndcg_p_adjusted": self.ndcg_p_adjusted,
             "ndcg_significant": self.ndcg_significant,
             "sts": [d.to_json() for d in self.sts],
+            "threshold_f1": self.threshold_f1 and self.threshold_f1.to_json(),
+            "hubness_skew": self.hubness_skew and self.hubness_skew.to_json(),
         }
 
 
@@ -124,14 +131,66 @@ def _sts_interval(a: np.ndarray, b: np.ndarray, gold: np.ndarray) -> tuple[float
     return float(found.confidence_interval.low), float(found.confidence_interval.high)
 
 
-def _sts_deltas(a: EvalResult, b: EvalResult, sts_gold: dict[str, list[float]]) -> tuple[StsDelta, ...]:
+def _sts_deltas(a: EvalResult, b: EvalResult, sts_gold: dict[str, list[float]]) -> tuple[Delta, ...]:
     deltas = []
     for name, scores in sts_gold.items():
         if a.samples.sts and b.samples.sts and name in a.samples.sts and name in b.samples.sts:
             x, y, gold = a.samples.sts[name], b.samples.sts[name], np.asarray(scores)
             delta = float(spearmanr(y, gold).statistic - spearmanr(x, gold).statistic)
-            deltas.append(StsDelta(name, delta, _sts_interval(x, y, gold)))
+            deltas.append(Delta(name, delta, _sts_interval(x, y, gold)))
     return tuple(deltas)
+
+
+def _draw_counts(rng: np.random.Generator, n: int, draws: int) -> np.ndarray:
+    """How many times each of n items is picked in each of ``draws`` resamples of n with replacement."""
+    return _binned(rng.integers(0, n, size=(draws, n)), n)
+
+
+def _binned(bins: np.ndarray, n_bins: int) -> np.ndarray:
+    """Per row of bin numbers, how many fall in each bin."""
+    offsets = bins + n_bins * np.arange(len(bins))[:, None]
+    return np.bincount(offsets.ravel(), minlength=len(bins) * n_bins).reshape(len(bins), n_bins).astype(np.float64)
+
+
+def _interval(name: str, delta: float, draws: np.ndarray) -> Delta:
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return Delta(name, delta, (float(low), float(high)))
+
+
+def _f1_delta(a: Samples, b: Samples) -> Delta | None:
+    """Δ threshold F1 and its percentile interval over RESAMPLES draws of the pairs, the relevant and the random
+    ones each resampled (the F1 weighs the two classes equally), the same draw for both rows: the pairs are the
+    same (query, document) pairs in both. Drawn by hand, not by scipy's bootstrap: each pair's threshold bin is
+    found once and a draw only counts bins, where scipy would sort 21,000 scores a thousand times per comparison."""
+    if any(s.relevant is None or s.random is None for s in (a, b)):
+        return None
+    if (len(a.relevant), len(a.random)) != (len(b.relevant), len(b.random)):
+        return None
+    binned = []
+    for s in (a, b):
+        thresholds = np.unique(s.relevant)[::-1]
+        binned.append([metrics.threshold_bins(thresholds, x) for x in (s.relevant, s.random)] + [len(thresholds) + 1])
+    rng = np.random.default_rng(SEED)
+    draws = []
+    for _ in range(RESAMPLES // DRAWS_AT_ONCE):  # in pieces: a thousand draws of 20,000 pairs at once is 160 MB
+        picks = [rng.integers(0, len(x), size=(DRAWS_AT_ONCE, len(x))) for x in (a.relevant, a.random)]
+        best = [metrics.best_f1(_binned(rel[picks[0]], n), _binned(rand[picks[1]], n))[1] for rel, rand, n in binned]
+        draws.append(best[1] - best[0])
+    delta = metrics.threshold_f1(b.relevant, b.random)[1] - metrics.threshold_f1(a.relevant, a.random)[1]
+    return _interval("threshold_f1", delta, np.concatenate(draws))
+
+
+def _hubness_delta(a: Samples, b: Samples) -> Delta | None:
+    """Δ hubness skew and its percentile interval over RESAMPLES draws of the queries, the same draw for both."""
+    if a.top is None or b.top is None or len(a.top) != len(b.top):
+        return None
+    counts = _draw_counts(np.random.default_rng(SEED), len(a.top), RESAMPLES)
+
+    def skews(s: Samples, weights: np.ndarray | None) -> np.ndarray:
+        return metrics.occurrence_skew(metrics.k_occurrences(s.top, s.n_docs, weights))
+
+    delta = float(skews(b, None)[0] - skews(a, None)[0])
+    return _interval("hubness_skew", delta, skews(b, counts) - skews(a, counts))
 
 
 def _mean_difference(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -168,5 +227,16 @@ def compare_pairs(chosen: list[tuple[EvalResult, EvalResult]], sts_gold: dict[st
     comparisons = []
     for (a, b), p, p_adj in zip(chosen, raw, adjusted, strict=True):
         delta = float(b.samples.ndcg.mean() - a.samples.ndcg.mean())
-        comparisons.append(Comparison(a.label, b.label, delta, p, float(p_adj), _sts_deltas(a, b, sts_gold)))
+        comparisons.append(
+            Comparison(
+                a.label,
+                b.label,
+                delta,
+                p,
+                float(p_adj),
+                _sts_deltas(a, b, sts_gold),
+                _f1_delta(a.samples, b.samples),
+                _hubness_delta(a.samples, b.samples),
+            )
+        )
     return comparisons

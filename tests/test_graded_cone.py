@@ -176,3 +176,47 @@ def test_the_service_labels_a_synthetic_index(shared_tiny_beir, tiny_checkpoints
         assert found["synthetic"] is True
         names = {h["name"] for h in client.get("/histogram", params={"format": "json"}).json()["histograms"]}
         assert names == {"baseline", "baseline-rogue2x30 (synthetic)"}
+
+
+def _exact(model: str, postprocess: str, relevant: np.ndarray, random: np.ndarray, top: np.ndarray) -> EvalResult:
+    ndcg = np.full(50, 0.5)
+    samples = Samples(ndcg, random=random, relevant=relevant, top=top, n_docs=200)
+    return EvalResult(model, postprocess, f"{model}-{postprocess}", metrics={"ndcg_at_10": 0.5}, samples=samples)
+
+
+def test_threshold_f1_and_hubness_get_a_paired_interval_that_finds_a_known_difference():
+    rng = np.random.default_rng(2)
+    relevant, random = rng.normal(0.5, 0.1, 300), rng.normal(0.2, 0.1, 3000)
+    spread_out = np.stack([rng.permutation(200)[:10] for _ in range(400)])  # every document about as often
+    hubbed = spread_out.copy()
+    hubbed[:, 0] = rng.choice([0, 1, 2], size=400)  # three documents in every query's top 10: hubs
+    rows = [
+        _exact("minilm", "none", relevant, random, spread_out),
+        _exact("minilm", "center", relevant.copy(), random.copy(), spread_out.copy()),  # identical
+        _exact("minilm", "whiten", relevant + 0.2, random, hubbed),  # separates better, and has hubs
+    ]
+    same, changed = compare(rows, {})
+    assert same.threshold_f1.delta == 0 and same.threshold_f1.ci95 == (0.0, 0.0) and not same.threshold_f1.significant
+    assert same.hubness_skew.delta == 0 and not same.hubness_skew.significant
+    f1_gain = metrics.threshold_f1(relevant + 0.2, random)[1] - metrics.threshold_f1(relevant, random)[1]
+    assert changed.threshold_f1.delta == pytest.approx(f1_gain) and f1_gain > 0.05
+    assert changed.threshold_f1.ci95[0] > 0 and changed.threshold_f1.significant
+    assert changed.hubness_skew.delta > 3 and changed.hubness_skew.ci95[0] > 0
+    assert changed.to_json()["hubness_skew"]["significant"] is True
+    without = compare([_row("minilm", "none", np.full(50, 0.5)), _row("minilm", "center", np.full(50, 0.5))], {})
+    assert without[0].threshold_f1 is None and without[0].to_json()["hubness_skew"] is None  # nothing to resample
+
+
+def test_the_threshold_and_skew_match_their_definitions_on_tied_scores():
+    from scipy.stats import skew
+
+    rng = np.random.default_rng(4)
+    for trial in range(20):
+        relevant, random = np.round(rng.normal(0.4, 0.2, 40), 2), np.round(rng.normal(0.1, 0.2, 300), 2)
+        random[:3] = relevant.max() + trial % 2  # random pairs above every relevant one, on some trials
+        f1 = {t: 2 * np.mean(relevant >= t) / (1 + np.mean(relevant >= t) + np.mean(random >= t)) for t in relevant}
+        best = max(f1.values())
+        assert metrics.threshold_f1(relevant, random) == (max(t for t in f1 if f1[t] == best), pytest.approx(best))
+        occurrences = rng.poisson(rng.uniform(0.1, 5), size=(3, 500)).astype(float)
+        assert metrics.occurrence_skew(occurrences) == pytest.approx(skew(occurrences, axis=1), abs=1e-12)
+    assert metrics.occurrence_skew(np.full((2, 7), 3.0)).tolist() == [0.0, 0.0]
