@@ -18,19 +18,16 @@ from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
 from cone.encoders.base import TORCH, Encoder, Layer, LayeredEncoder, Runtime
 from cone.encoders.cluster import EncoderRecipe, RayEncoder
 from cone.encoders.registry import LEXICAL, is_lexical, load_encoder
-from cone.errors import DamagedIndex, InputError, ModelUnavailable
+from cone.errors import InputError, ModelUnavailable
 from cone.eval import metrics
 from cone.eval.plan import ALL_LAYERS, EvalPlan
 from cone.eval.results import GEOMETRY_KEYS, STS_MEAN, EvalResult, Samples, sts_key, sts_name
 from cone.geometry import pair_cosines, spread
 from cone.indexing import postprocess as pp
-from cone.indexing import store
-from cone.indexing.dense import CorrectedCorpus, build_dense, cache_corpus_layers, correct_corpus
+from cone.indexing.dense import cache_corpus_layers, correct_corpus
 from cone.indexing.factory import DEFAULT_FACTORY
 from cone.indexing.index import Index, Queries, VectorIndex
-from cone.indexing.lexical import build_bm25
-from cone.indexing.manifest import MANIFEST
-from cone.indexing.open import open_index
+from cone.indexing.reuse import open_or_build_bm25, open_or_build_dense
 
 RETRIEVE_K = 100
 RANDOM_PAIRS = 20_000
@@ -96,62 +93,6 @@ def load_eval_data(
     return EvalData(dataset, sts, quick)
 
 
-def _open_or_build(folder: Path, open_it: Callable[[], Index], build: Callable[[], Path]) -> Index:
-    """The index in ``folder`` if it still matches; else (stale weights or corpus, damaged) rebuilt, atomically."""
-    store.recover(folder)
-    if (folder / MANIFEST).is_file():
-        try:
-            return open_it()
-        except DamagedIndex:
-            pass
-    build()
-    return open_it()
-
-
-def _open_or_build_dense(
-    encoder: Encoder,
-    model: str,
-    data: EvalData,
-    spec: str,
-    corpus: Callable[[], CorrectedCorpus],
-    factory: str,
-    plan: EvalPlan,
-) -> VectorIndex:
-    """``corpus`` gives ``spec``'s correction, computed on the first build that needs it and shared by the
-    spec's factories."""
-    layer, runtime = encoder.layer, encoder.runtime
-    folder = plan.indexes / store.index_name(model, spec, layer, factory, runtime)
-    params = "" if factory == DEFAULT_FACTORY else plan.search_params
-
-    def open_matching() -> VectorIndex:
-        index = open_index(
-            folder,
-            model=model,
-            corpus_fingerprint=data.dataset.fingerprint(),
-            encoders={(model, layer, runtime): encoder},
-            runtime=runtime,
-        )
-        built = (index.manifest.postprocess, index.manifest.index_factory, index.manifest.search_params)
-        if built != (pp.parse(spec), factory, params):  # a folder of that name built otherwise: not this row's
-            raise DamagedIndex(f"{folder}: built as {built}, not {(spec, factory, params)}")
-        return index
-
-    return _open_or_build(
-        folder,
-        open_matching,
-        lambda: build_dense(encoder, data.dataset, folder, corpus(), factory, plan.progress, params),
-    )
-
-
-def _open_or_build_bm25(data: EvalData, indexes: Path, progress: bool) -> Index:
-    folder = indexes / LEXICAL
-    return _open_or_build(
-        folder,
-        lambda: open_index(folder, model=LEXICAL, corpus_fingerprint=data.dataset.fingerprint()),
-        lambda: build_bm25(data.dataset, folder, progress),
-    )
-
-
 def build_indexes(
     model: str, data: EvalData, plan: EvalPlan, on_encoded: Callable[[int], None] | None = None
 ) -> list[Path]:
@@ -162,13 +103,16 @@ def build_indexes(
     ``on_encoded(n)``: told each batch of corpus documents encoded; it may raise to stop the build, and then
     nothing of the model is written (indexes are written after the encoding, each atomically)."""
     if is_lexical(model):
-        return [_open_or_build_bm25(data, plan.indexes, plan.progress).folder]
+        return [open_or_build_bm25(data.dataset, plan.indexes, plan.progress).folder]
     encoder = load_encoder(model, plan.checkpoints, data_root=plan.data_root)
     folders = []
     for spec in (pp.parse(s) for s in plan.postprocesses):
         corpus = partial(correct_corpus, encoder, data.dataset, spec, plan.progress, on_encoded)
         with suppress(InputError):
-            folders.append(_open_or_build_dense(encoder, model, data, spec, corpus, DEFAULT_FACTORY, plan).folder)
+            index = open_or_build_dense(
+                encoder, model, data.dataset, spec, corpus, DEFAULT_FACTORY, plan.indexes, progress=plan.progress
+            )
+            folders.append(index.folder)
     return folders
 
 
@@ -265,6 +209,14 @@ def _approximate_row(
     return values, Samples(ndcg, top=rows[:, : metrics.HUB_K], n_docs=len(index.docs))
 
 
+def _dense(
+    encoder: Encoder, model: str, data: EvalData, spec: str, corpus: Callable, factory: str, plan: EvalPlan
+) -> VectorIndex:
+    return open_or_build_dense(
+        encoder, model, data.dataset, spec, corpus, factory, plan.indexes, plan.search_params, plan.progress
+    )
+
+
 def evaluate_dense(
     encoder: Encoder,
     model: str,
@@ -278,7 +230,7 @@ def evaluate_dense(
     for spec in specs:
         corpus = cache(partial(correct_corpus, encoder, data.dataset, spec, plan.progress))
         try:
-            index = _open_or_build_dense(encoder, model, data, spec, corpus, DEFAULT_FACTORY, plan)
+            index = _dense(encoder, model, data, spec, corpus, DEFAULT_FACTORY, plan)
         except InputError as exc:  # a spec this model's space cannot take (cone:0.5 on vectors already at 0.9)
             results.append(EvalResult(model, spec, None, encoder.layer, reason=str(exc)))
             continue
@@ -288,7 +240,7 @@ def evaluate_dense(
             if factory == DEFAULT_FACTORY:
                 continue
             try:
-                index = _open_or_build_dense(encoder, model, data, spec, corpus, factory, plan)
+                index = _dense(encoder, model, data, spec, corpus, factory, plan)
             except InputError as exc:  # a type this corpus cannot train (lance:IVF_PQ on < 256 vectors), no lancedb
                 results.append(EvalResult(model, spec, None, encoder.layer, reason=str(exc), factory=factory))
                 continue
@@ -326,7 +278,7 @@ def evaluate_layers(
 
 def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     ds = data.dataset
-    index = _open_or_build_bm25(data, indexes, progress)
+    index = open_or_build_bm25(data.dataset, indexes, progress)
     query_ids = sorted(ds.queries)
     values, ndcg, _ = _ranking(index, [ds.queries[q] for q in query_ids], query_ids, ds.qrels)
     # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
