@@ -3,7 +3,9 @@ effects (validation-loss cost, table anisotropy ratio, effective-rank gain) lie 
 
 The runs (3 seeds x λ in {0, 3}, 1M tokens each; `cone train --out DIR/lambdaL-seedS --reg-cos L --seed S
 --tokens 1000000`) are read from their checkpoint folders: the last line of each train_log.jsonl. A difference is
-called outside the spread when Welch's t-test over the seeds gives p < 0.05.
+called outside the spread when Welch's t-test over the seeds gives p < 0.05. The same seed means the same initial
+weights and batches on both sides, so the paired t-test over the shared seeds is given beside it: it asks whether
+the difference is consistent seed by seed, which a difference smaller than the spread can still be.
 
 The same runs are part of the regularizer study (docs/regularizers.md: `none-seedS` and `reg_cos-seedS`, 1M tokens,
 the same seeds and data order), whose per-run rows are committed: --from-json docs/regularizers/runs.json gives
@@ -21,7 +23,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import ttest_ind
+from scipy.stats import ttest_ind, ttest_rel
 
 from cone.models.checkpoint import read_config, read_log
 
@@ -53,10 +55,13 @@ def rows_from_json(path: Path) -> dict[float, list[dict]]:
 
 def spread(rows: dict[float, list[dict]], base: float, other: float) -> dict:
     table = {}
+    shared = sorted({r["seed"] for r in rows[base]} & {r["seed"] for r in rows[other]})
     for metric in METRICS:
         a = np.array([r[metric] for r in rows[base]])
         b = np.array([r[metric] for r in rows[other]])
         test = ttest_ind(b, a, equal_var=False)
+        by_seed = [{r["seed"]: r[metric] for r in rows[lam]} for lam in (base, other)]
+        paired = ttest_rel([by_seed[1][s] for s in shared], [by_seed[0][s] for s in shared])
         table[metric] = {
             f"lambda_{base:g}": {"mean": float(a.mean()), "std": float(a.std(ddof=1)), "values": a.tolist()},
             f"lambda_{other:g}": {"mean": float(b.mean()), "std": float(b.std(ddof=1)), "values": b.tolist()},
@@ -64,6 +69,9 @@ def spread(rows: dict[float, list[dict]], base: float, other: float) -> dict:
             "ratio": float(a.mean() / b.mean()),
             "welch_p": float(test.pvalue),
             "outside_spread": bool(test.pvalue < 0.05),
+            "paired_seeds": shared,
+            "paired_p": float(paired.pvalue),
+            "paired_significant": bool(paired.pvalue < 0.05),
         }
     return table
 
@@ -88,13 +96,14 @@ def main() -> None:
         return
     print(f"{len(rows[base])} + {len(rows[other])} seeds, {', '.join(f'{t:,}' for t in sorted(tokens))} tokens each\n")
     columns = f"λ={base:g} mean ± std | λ={other:g} mean ± std | Δ | ratio λ{base:g}/λ{other:g} | Welch p"
-    print(f"| metric | {columns} | outside the seed spread |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| metric | {columns} | outside the seed spread | paired t p (same seeds) | consistent seed by seed |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for metric, row in table.items():
         a, b = row[f"lambda_{base:g}"], row[f"lambda_{other:g}"]
         print(
             f"| {metric} | {a['mean']:.4f} ± {a['std']:.4f} | {b['mean']:.4f} ± {b['std']:.4f} | {row['delta']:+.4f} "
-            f"| {row['ratio']:.2f}× | {row['welch_p']:.2g} | {'**yes**' if row['outside_spread'] else 'no'} |"
+            f"| {row['ratio']:.2f}× | {row['welch_p']:.2g} | {'**yes**' if row['outside_spread'] else 'no'} "
+            f"| {row['paired_p']:.2g} | {'**yes**' if row['paired_significant'] else 'no'} |"
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -245,3 +246,19 @@ def test_the_default_lambdas_are_what_the_rule_picks_from_the_committed_sweep():
     records = sweep["final_records"](Path(__file__).resolve().parents[1] / "docs" / "regularizers" / "sweep")
     chosen = sweep["chosen_lambdas"](records, 1.0)
     assert chosen == {name: lam for name, lam in DEFAULT_LAMBDAS.items() if name != "reg_cos"}
+
+
+def test_the_committed_regularizer_tables_are_what_their_committed_runs_give(monkeypatch, capsys):
+    """docs/regularizers/table.json and seed-spread.json (the figures the docs cite) regenerate from runs.json."""
+    import sys
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "regularizers"
+    for script, saved in (("regularizers_table", "table.json"), ("seed_spread", "seed-spread.json")):
+        monkeypatch.setattr(sys, "argv", [f"{script}.py", "--from-json", str(docs / "runs.json"), "--json"])
+        _benchmark(script)["main"]()
+        assert json.loads(capsys.readouterr().out) == json.loads((docs / saved).read_text()), saved
+    monkeypatch.setattr(sys, "argv", ["regularizers_table.py", "--from-json", str(docs / "runs.json")])
+    _benchmark("regularizers_table")["main"]()
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    page = set((docs.parent / "regularizers.md").read_text().splitlines())
+    assert len(printed) > 100 and [line for line in printed if line not in page] == []  # the page's table, as printed
