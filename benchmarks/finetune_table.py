@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from cone.data.loaders import data_dir
+from cone.encoders.finetune import LOG
 from cone.eval.harness import load_eval_data, run_eval
 from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult, Samples
@@ -49,12 +50,18 @@ def seed_runs(runs: Path) -> dict[str, dict[int, Path]]:
     return found
 
 
-def _record(result: EvalResult, start: str | None, seed: int | None) -> dict:
+def _last_dev_spearman(folder: Path) -> float:
+    """The fine-tune's STS-B dev ρ at its last step (finetune_log.jsonl): what picks runs, never the test sets."""
+    return json.loads((folder / LOG).read_text().splitlines()[-1])["sts_dev_spearman"]
+
+
+def _record(result: EvalResult, start: str | None, seed: int | None, folder: Path | None) -> dict:
     sts = result.samples.sts or {}
     return {
         "model": result.model,
         "start": start,
         "seed": seed,
+        "sts_dev_spearman": None if folder is None else _last_dev_spearman(folder),
         "postprocess": result.postprocess,
         "metrics": {key: result.metrics[key] for key in KEYS},
         "ndcg": np.round(result.samples.ndcg, DIGITS).tolist(),
@@ -65,10 +72,10 @@ def _record(result: EvalResult, start: str | None, seed: int | None) -> dict:
 def collect(runs: Path, root: Path, dataset: str, indexes: Path, references: tuple[str, ...]) -> list[dict]:
     """Every reference and every run evaluated, one record per (model, post-processing)."""
     starts = seed_runs(runs)
-    where = {f"st:{folder}": (start, seed) for start, seeds in starts.items() for seed, folder in seeds.items()}
+    where = {f"st:{f}": (start, seed, f) for start, seeds in starts.items() for seed, f in seeds.items()}
     data = load_eval_data(root, dataset)
     results = run_eval(data, EvalPlan((*references, *where), indexes, POSTPROCESS, progress=False))
-    return [_record(r, *where.get(r.model, (None, None))) for r in results]
+    return [_record(r, *where.get(r.model, (None, None, None))) for r in results]
 
 
 def _result(label: str, rows: list[dict]) -> EvalResult:

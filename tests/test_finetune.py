@@ -185,6 +185,8 @@ def test_finetune_table_regenerates_from_its_json_and_compares_each_start_with_t
     for row in record["rows"]:
         assert np.mean(row["ndcg"]) == pytest.approx(row["metrics"]["ndcg_at_10"], abs=1e-6)
         assert len(row["sts"]["stsb"]) == 30
+        log = (runs / f"{row['start']}-seed{row['seed']}" / LOG).read_text().splitlines()
+        assert row["sts_dev_spearman"] == json.loads(log[-1])["sts_dev_spearman"]  # what picks runs: dev, not test
     table["main"](["--from-json", str(saved), *common, "--json"])
     found = json.loads(capsys.readouterr().out)
     assert [(r["model"], r["seeds"]) for r in found["rows"]] == [
