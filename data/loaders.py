@@ -14,9 +14,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from cone.errors import InputError
-from cone.jsontypes import of_type, type_names
 
 DATA_DIR_ENV = "CONE_DATA_DIR"
 DEFAULT_DATA_DIR = Path("../shared/datasets")
@@ -66,36 +69,59 @@ class CorpusFingerprint:
         return f"{self._sum:032x}"[:16]
 
 
-ID = (str, int)  # BEIR ids: strings, or integers in some dumps (never booleans)
-TEXT = (str,)
-Fields = dict[str, tuple[type, ...]]
+def _text(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # JSON's "\ud800": valid JSON, but no character any text can hold
+        raise ValueError(f"holds a lone surrogate (\\u{ord(value[exc.start]):x}), not text") from None
+    return value
 
 
-def _check_fields(record: object, required: Fields, optional: Fields, where: str) -> dict:
-    if not isinstance(record, dict) or any(k not in record for k in required):
-        raise InputError(f"{where}: expected a JSON object with {', '.join(required)}")
-    for key, kinds in {**optional, **required}.items():
-        value = record.get(key)
-        if value is None and key in optional:
-            continue
-        if not of_type(value, kinds):
-            raise InputError(
-                f"{where}: {key!r} is {type(value).__name__} {str(value)[:30]!r}, expected {type_names(kinds)}"
-            )
-        if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:  # JSON's "\ud800": valid JSON, but no character any text can hold
-                raise InputError(
-                    f"{where}: {key!r} holds a lone surrogate (\\u{ord(value[exc.start]):x}), not text"
-                ) from None
-    return record
+Text = Annotated[str, AfterValidator(_text)]
+BeirId = Text | int  # BEIR ids: strings, or integers in some dumps (never booleans)
 
 
-def parse_jsonl_line(
-    raw: bytes, where: str, required: Fields | None = None, optional: Fields | None = None
-) -> dict | None:
-    """One line of a JSONL file, its fields type-checked (None if blank); a bad line is an error naming ``where``."""
+class JsonRecord(BaseModel):
+    """One JSONL line's object, as JSON means its types (strict: true / false are not numbers, a count is never a
+    boolean); keys not declared are ignored."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+
+R = TypeVar("R", bound=JsonRecord)
+
+
+class BeirRecord(JsonRecord):
+    """A queries.jsonl line."""
+
+    id: BeirId = Field(alias="_id")
+    text: Text
+
+
+class CorpusRecord(BeirRecord):
+    """A corpus.jsonl line."""
+
+    title: Text | None = None
+
+
+_TYPE_NAMES = {"string_type": "str", "int_type": "int"}  # pydantic's error for a value not of the type
+
+
+def _refusal(errors: list[ErrorDetails], record_type: type[JsonRecord], where: str) -> InputError:
+    """The first thing wrong with a record, as the one line naming the key, what it holds and what it should."""
+    if any(e["type"] in ("missing", "model_type") for e in errors):
+        required = [f.alias or name for name, f in record_type.model_fields.items() if f.is_required()]
+        return InputError(f"{where}: expected a JSON object{' with ' if required else ''}{', '.join(required)}")
+    key = errors[0]["loc"][0]
+    of_key = [e for e in errors if e["loc"][0] == key]
+    if refused := [e for e in of_key if e["type"] == "value_error"]:
+        return InputError(f"{where}: {key!r} {refused[0]['ctx']['error']}")
+    value, expected = of_key[0]["input"], " or ".join(_TYPE_NAMES.get(e["type"], e["msg"]) for e in of_key)
+    return InputError(f"{where}: {key!r} is {type(value).__name__} {str(value)[:30]!r}, expected {expected}")
+
+
+def parse_jsonl_line(raw: bytes, where: str, record_type: type[R]) -> R | None:
+    """One line of a JSONL file as a ``record_type`` (None if blank); a bad line is an error naming ``where``."""
     try:
         line = raw.decode("utf-8")
         record = json.loads(line) if line.strip() else None
@@ -103,23 +129,27 @@ def parse_jsonl_line(
         raise InputError(f"{where}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
-    return None if record is None else _check_fields(record, required or {}, optional or {}, where)
+    if record is None:
+        return None
+    try:
+        return record_type.model_validate(record)
+    except ValidationError as exc:
+        raise _refusal(exc.errors(), record_type, where) from None
 
 
-def iter_jsonl(path: Path, required: Fields | None = None, optional: Fields | None = None) -> Iterator[dict]:
-    """JSON objects, one per non-blank line, read as a stream."""
+def iter_jsonl(path: Path, record_type: type[R]) -> Iterator[R]:
+    """The records of a JSONL file, one per non-blank line, read as a stream."""
     if not path.is_file():
         raise InputError(f"{path}: not found (fetch it with `cone data fetch` or pass --data-dir)")
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            if (record := parse_jsonl_line(raw, f"{path}:{number}", required, optional)) is not None:
+            if (record := parse_jsonl_line(raw, f"{path}:{number}", record_type)) is not None:
                 yield record
 
 
-def read_jsonl(path: Path, required: Fields | None = None, optional: Fields | None = None) -> list[dict]:
-    """JSON objects, one per non-blank line, their fields type-checked; a bad line is an error naming the
-    file and the line."""
-    return list(iter_jsonl(path, required, optional))
+def read_jsonl(path: Path, record_type: type[R]) -> list[R]:
+    """The records of a JSONL file, one per non-blank line; a bad line is an error naming the file and the line."""
+    return list(iter_jsonl(path, record_type))
 
 
 LM_TEXT = "lmtext"  # the data dir's folder of LM training text (.txt, a sentence or document a line)
@@ -163,17 +193,14 @@ def _qrels(path: Path) -> dict[str, dict[str, int]]:
     return qrels
 
 
-CORPUS_FIELDS: tuple[Fields, Fields] = ({"_id": ID, "text": TEXT}, {"title": TEXT})  # required, optional
-
-
-def corpus_doc(record: dict) -> tuple[str, dict[str, str]]:
-    """A checked corpus.jsonl record -> (doc id, {"title", "text"})."""
-    return str(record["_id"]), {"title": record.get("title") or "", "text": record["text"]}
+def corpus_doc(record: CorpusRecord) -> tuple[str, dict[str, str]]:
+    """A corpus.jsonl record -> (doc id, {"title", "text"})."""
+    return str(record.id), {"title": record.title or "", "text": record.text}
 
 
 def corpus_line(raw: bytes, where: str) -> tuple[str, dict[str, str]] | None:
     """One line of a corpus.jsonl -> (doc id, {"title", "text"}), None if blank; a bad line names ``where``."""
-    record = parse_jsonl_line(raw, where, *CORPUS_FIELDS)
+    record = parse_jsonl_line(raw, where, CorpusRecord)
     return None if record is None else corpus_doc(record)
 
 
@@ -205,7 +232,7 @@ def load_beir(root: Path, name: str = "scifact", split: str = "test") -> Retriev
     """A BEIR dataset folder (``dataset_folder``): corpus.jsonl, queries.jsonl, qrels/{split}.tsv."""
     dataset = load_corpus(root, name)
     folder = dataset_folder(root, name)
-    queries = {str(r["_id"]): r["text"] for r in read_jsonl(folder / "queries.jsonl", {"_id": ID, "text": TEXT})}
+    queries = {str(r.id): r.text for r in read_jsonl(folder / "queries.jsonl", BeirRecord)}
     qrels = _qrels(folder / "qrels" / f"{split}.tsv")
     dataset.queries, dataset.qrels = queries, {q: docs for q, docs in qrels.items() if q in queries}
     return dataset
@@ -260,7 +287,7 @@ def read_documents(path: Path) -> dict[str, dict[str, str]]:
     elif not path.is_file():
         raise InputError(f"{path}: no such file or folder")
     elif path.suffix == ".jsonl":
-        documents = dict(corpus_doc(r) for r in iter_jsonl(path, *CORPUS_FIELDS))
+        documents = dict(corpus_doc(r) for r in iter_jsonl(path, CorpusRecord))
     else:
         lines = read_text(path).splitlines()
         documents = {str(n): {"title": "", "text": t.strip()} for n, t in enumerate(lines, 1) if t.strip()}

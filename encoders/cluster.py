@@ -1,8 +1,10 @@
 """Encoding on a Ray cluster: the corpus becomes a Ray Dataset, ``map_batches`` runs it through a pool of
 actors that each load the encoder once, and the vectors come back to this process in corpus order.
 
-Only this module's functions import Ray (the modules that name its types import it, not Ray): without
-``--ray`` nothing about Ray is loaded. Every node must have cone installed and the encoder's files at the same
+cli/index.py, cli/options.py, eval/harness.py and eval/plan.py import this module at their top (for its
+options, recipe and encoder types, and ``connected``), so every command loads it; Ray itself is imported only
+inside the functions that use it, so without ``--ray`` nothing about Ray is loaded. The corpus file is cut and
+read by ``cone.data.ranges``. Every node must have cone installed and the encoder's files at the same
 paths (the shipped checkpoints and the pip-installed MiniLM are; an ``st:PATH`` or ``--checkpoints`` folder must be
 copied).
 """
@@ -22,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from cone.data.loaders import corpus_line, doc_text
+from cone.data.ranges import plan_ranges, range_lines
 from cone.encoders.base import TORCH, Layer, LayeredEncoder, Placement, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import ClusterError, ConeError, InputError
@@ -256,53 +259,15 @@ def _block_rows(n: int, options: RayOptions) -> int:
     return max(1, min(options.batch_size, -(-n // options.actors)))
 
 
-def _corpus_plan(corpus_file: Path, options: RayOptions) -> tuple[list[tuple[int, int]], int]:
-    """The reading tasks' byte ranges and the batch size: BLOCK_BYTES a range; a smaller file is cut into one
-    range per actor by its lines, and the batch is no larger than a range's lines, so every actor has work."""
-    size = corpus_file.stat().st_size
-    if size >= options.actors * BLOCK_BYTES:
-        return _byte_ranges(corpus_file, BLOCK_BYTES), options.batch_size
-    starts, offset = [], 0
-    with corpus_file.open("rb") as handle:
-        for line in handle:  # split on b"\n" only, as _read_lines splits: non-blank lines are rows
-            if line.strip():
-                starts.append(offset)
-            offset += len(line)
-    if len(starts) < 2:
-        return [(0, size)], options.batch_size
-    shares = min(options.actors, len(starts))
-    cuts = [0, *(starts[len(starts) * i // shares] for i in range(1, shares)), size]
-    return list(zip(cuts, cuts[1:], strict=False)), max(1, min(options.batch_size, len(starts) // shares))
-
-
-def _byte_ranges(corpus_file: Path, size: int) -> list[tuple[int, int]]:
-    """The file cut into pieces of about ``size`` bytes, each ending at a line's end."""
-    total, starts = corpus_file.stat().st_size, [0]
-    with corpus_file.open("rb") as handle:
-        while starts[-1] + size < total:
-            handle.seek(starts[-1] + size)
-            handle.readline()
-            if handle.tell() >= total:
-                break
-            starts.append(handle.tell())
-    return list(zip(starts, [*starts[1:], total], strict=True))
-
-
-def _read_lines(corpus_file: str) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    """A reading task: one byte range of the file -> its non-blank lines (split on newlines only, as Python's
-    file iteration does in the local build), each with where it starts, for error messages."""
+def _read_lines(corpus_file: Path) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """A reading task: byte ranges of the file -> their non-blank lines, each with where it starts, for errors."""
 
     def read(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         lines, where = [], []
-        with open(corpus_file, "rb") as handle:
-            for start, end in zip(batch["start"], batch["end"], strict=True):
-                handle.seek(int(start))
-                offset = int(start)
-                for line in handle.read(int(end) - int(start)).split(b"\n"):
-                    if line.strip():
-                        lines.append(line)
-                        where.append(f"{corpus_file} at byte {offset}")
-                    offset += len(line) + 1
+        for start, end in zip(batch["start"], batch["end"], strict=True):
+            for offset, line in range_lines(corpus_file, int(start), int(end)):
+                lines.append(line)
+                where.append(f"{corpus_file} at byte {offset}")
         return {"line": np.array(lines, dtype=object), "where": np.array(where, dtype=object)}
 
     return read
@@ -324,10 +289,13 @@ def encode_corpus_lines(
         raise InputError(f"{corpus_file}: not found")
     with connected(options):
         here = ray.get_runtime_context().get_node_id()
-        ranges, batch_size = _corpus_plan(corpus_file, options)
-        pieces = ray.data.from_items([{"start": a, "end": b} for a, b in ranges], override_num_blocks=len(ranges))
+        plan = plan_ranges(corpus_file, options.actors, BLOCK_BYTES)
+        # Where the file was cut by lines, a batch is no larger than a range's lines, so every actor has work.
+        batch_size = min(options.batch_size, plan.lines_each or options.batch_size)
+        ranges = [{"start": a, "end": b} for a, b in plan.ranges]
+        pieces = ray.data.from_items(ranges, override_num_blocks=len(ranges))
         read = pieces.map_batches(
-            _read_lines(str(corpus_file)),
+            _read_lines(corpus_file),
             batch_size=1,
             batch_format="numpy",
             num_cpus=0,

@@ -11,14 +11,16 @@ import os
 import re
 from dataclasses import fields
 from pathlib import Path
+from typing import Any, Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import ErrorDetails
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 from tokenizers import Tokenizer
 
 from cone.errors import InputError
-from cone.jsontypes import of_type
 from cone.models.gpt import GPT, GPTConfig
 from cone.models.tokenizer import load_tokenizer
 
@@ -123,30 +125,44 @@ def save_checkpoint(
         _atomic(out / RESUME, lambda p: torch.save(resume_state, p))
 
 
-CONFIG_KEYS = {
-    "model": dict,
-    "train": dict,
-    "step": int,
-    "tokens_seen": int,
-    "train_tokens_in_corpus": int,
-    "val_tokens_in_corpus": int,
-    "unseen_token_ids": int,
-}
+class _ConfigKeys(BaseModel):
+    """The keys of config.json every reader takes, as JSON types (strict: a count is never a boolean); others
+    (a fine-tune's record) pass unchecked."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    format: Literal[1] = FORMAT
+    model: dict[str, Any]
+    train: dict[str, Any]
+    step: int
+    tokens_seen: int
+    train_tokens_in_corpus: int
+    val_tokens_in_corpus: int
+    unseen_token_ids: int
+
+
+def _explain(error: ErrorDetails) -> str:
+    """One pydantic error as what is wrong with config.json: the key, what it holds, what it should."""
+    key = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "model_type":
+        return "not a JSON object"
+    if error["type"] == "missing":
+        return f"no {key!r}"
+    if key == "format":
+        return f"format {str(error['input'])[:20]!r} is not the {FORMAT} this cone reads"
+    expected = _ConfigKeys.model_fields[key].annotation
+    return f"{key!r} is {str(error['input'])[:30]!r}, not {getattr(expected, '__origin__', expected).__name__}"
 
 
 def _check_config(payload: object) -> None:
-    if not isinstance(payload, dict):
-        raise TypeError("not a JSON object")
-    if payload.get("format", FORMAT) != FORMAT:
-        raise TypeError(f"format {str(payload['format'])[:20]!r} is not the {FORMAT} this cone reads")
-    for key, kind in CONFIG_KEYS.items():
-        if key not in payload:
-            raise KeyError(key)
-        if not of_type(payload[key], (kind,)):
-            raise TypeError(f"{key!r} is {str(payload[key])[:30]!r}, not {kind.__name__}")
+    """A ValueError naming the first thing wrong with config.json's ``payload``."""
+    try:
+        _ConfigKeys.model_validate(payload)
+    except ValidationError as exc:
+        raise ValueError(_explain(exc.errors()[0])) from None
     absent = [f.name for f in fields(GPTConfig) if f.name not in payload["model"]]
     if absent:  # never a default in place of what the weights were trained with
-        raise KeyError(f"model.{absent[0]}")
+        raise ValueError(f"no 'model.{absent[0]}'")
     model_config(payload)
 
 
@@ -158,9 +174,7 @@ def read_config(path: Path) -> dict:
     try:
         payload = json.loads(file.read_text(encoding="utf-8"))
         _check_config(payload)
-    except KeyError as exc:
-        raise InputError(f"{file}: corrupt checkpoint config (no {exc})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, InputError) as exc:
+    except (ValueError, TypeError, InputError) as exc:  # JSON's and UTF-8's errors are ValueErrors
         raise InputError(f"{file}: corrupt checkpoint config ({exc})") from None
     return payload
 

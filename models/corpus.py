@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from cone.data.loaders import DATA_DIR_ENV, TEXT, lm_text_files, read_jsonl, read_text
+from cone.data.loaders import DATA_DIR_ENV, JsonRecord, Text, lm_text_files, read_jsonl, read_text
 from cone.errors import InputError
 
 VALIDATION_SHARE = 0.02  # of documents, chosen by hash so the split never depends on order
@@ -21,10 +21,17 @@ def default_corpus_files(root: Path) -> list[Path]:
     return [corpus, *lm_text_files(root, "the default training corpus")]
 
 
+class _TitledText(JsonRecord):
+    """A training .jsonl line: a BEIR corpus record, or any object with a title or a text."""
+
+    title: Text | None = None
+    text: Text | None = None
+
+
 def _jsonl_documents(path: Path) -> list[str]:
     docs = []
-    for record in read_jsonl(path, optional={"title": TEXT, "text": TEXT}):
-        text = " ".join(record[k].strip() for k in ("title", "text") if record.get(k))
+    for record in read_jsonl(path, _TitledText):
+        text = " ".join(part.strip() for part in (record.title, record.text) if part)
         if text:
             docs.append(text)
     return docs

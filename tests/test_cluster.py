@@ -226,17 +226,11 @@ def test_eval_with_ray_gives_the_local_rows(local_cluster, shared_tiny_beir, tin
     assert built["encoded_on"].startswith("ray (")
 
 
-def test_a_small_corpus_is_cut_so_every_actor_gets_a_share(tmp_path):
+def test_a_small_list_of_texts_is_cut_so_every_actor_gets_a_share():
+    """(A corpus file is cut so too: tests/test_ranges.py.)"""
     options = cluster.RayOptions(None, actors=2, batch_size=256)
     assert cluster._block_rows(300, options) == 150  # two blocks of 150, not 256 + 44
     assert cluster._block_rows(10_000, options) == 256 and cluster._block_rows(1, options) == 1
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("\n" + "".join(json.dumps({"_id": str(i), "text": "w " * (i % 7)}) + "\n\n" for i in range(301)))
-    ranges, batch_size = cluster._corpus_plan(corpus, options)
-    assert batch_size == 150 and len(ranges) == 2 and ranges[0][0] == 0 and ranges[-1][1] == corpus.stat().st_size
-    data = corpus.read_bytes()
-    assert [sum(bool(line.strip()) for line in data[a:b].split(b"\n")) for a, b in ranges] == [150, 151]
-    assert data[ranges[1][0] - 1 : ranges[1][0]] == b"\n"  # a range starts at a line
 
 
 def _spy_on_actors(monkeypatch, log: Path) -> None:
