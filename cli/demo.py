@@ -7,7 +7,7 @@ import argparse
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cone.cli.eval import announce_skips, summary, this_command
@@ -18,10 +18,13 @@ from cone.cli.options import (
     add_dataset_option,
     add_progress_option,
     comma_list,
+    runtime_for,
     unique_list,
 )
 from cone.cli.serve import add_listen_options, check_listen, serve
 from cone.data.loaders import data_dir
+from cone.encoders.auto import AUTO, auto_help
+from cone.encoders.base import Runtime
 from cone.encoders.registry import LM_MODELS, MODEL_NAMES, check_model_name, missing
 from cone.errors import ConeError, Interrupted, ModelUnavailable
 from cone.eval.harness import EvalData, build_indexes, load_eval_data
@@ -60,6 +63,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--postprocess", type=comma_list, default=comma_list(DEFAULT_POSTPROCESS), help=f"default {DEFAULT_POSTPROCESS}"
     )
+    p.add_argument(
+        "--backend",
+        choices=(AUTO, "torch"),
+        default=AUTO,
+        help=f"what encodes each model's corpus and queries: {auto_help()}. torch: every model on torch (the "
+        f"reference). Default {AUTO}",
+    )
     add_checkpoints_option(p)
     p.add_argument("--quick", action="store_true", help="evaluate the quick subset (minutes; see docs/eval.md)")
     add_listen_options(p)
@@ -74,6 +84,7 @@ class Demo:
 
     args: argparse.Namespace
     data: EvalData
+    runtime_of: dict[str, Runtime] = field(default_factory=dict)  # each model's, as --backend chose (else torch)
 
     @property
     def out(self) -> Path:
@@ -90,7 +101,9 @@ class Demo:
             models=args.models,
             indexes=self.indexes,
             postprocesses=args.postprocess,
+            runtime_of=self.runtime_of,
             checkpoints=args.checkpoints,
+            data_root=data_dir(args.data_dir),
             progress=not args.no_progress,
         )
 
@@ -139,7 +152,9 @@ def run_demo(args: argparse.Namespace) -> int:
         check_model_name(model)
     for spec in args.postprocess:
         pp.parse(spec)
-    demo = Demo(args, load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick))
+    root = data_dir(args.data_dir)
+    runtime_of = {model: runtime_for(args.backend, None, model, root) for model in args.models}
+    demo = Demo(args, load_eval_data(root, args.dataset, quick=args.quick), runtime_of)
     order = demo.build_order()
     builds = BuildProgress(order, len(demo.data.dataset.corpus))
     if args.no_serve:

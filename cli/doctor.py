@@ -17,9 +17,9 @@ from cone.cli.options import (
     factory_list,
     layer,
     positive_int,
+    runtime_for,
 )
-from cone.data.loaders import load_beir, read_documents
-from cone.encoders.base import Runtime
+from cone.data.loaders import data_dir, load_beir, read_documents
 from cone.encoders.registry import MODEL_NAMES, check_model_name, is_lexical, load_encoder
 from cone.errors import InputError
 from cone.eval import doctor
@@ -97,7 +97,7 @@ def _sample(args: argparse.Namespace) -> doctor.Sample:
     documents = read_documents(args.corpus)  # a bad corpus is refused before the model loads
     is_beir = args.corpus.is_dir() and (args.corpus / "qrels" / "test.tsv").is_file()
     dataset = load_beir(args.corpus.parent, str(args.corpus.resolve())) if is_beir else None
-    runtime = Runtime(args.backend, args.quantize)
+    runtime = runtime_for(args.backend, args.quantize, args.model, data_dir())
     encoder = load_encoder(args.model, args.checkpoints, args.layer, runtime)
 
     def encode(texts: list[str]) -> np.ndarray:

@@ -19,8 +19,10 @@ from cone.cli.options import (
     positive_int,
     ray_options,
     ray_session,
+    runtime_for,
 )
 from cone.data.loaders import data_dir, dataset_folder, load_corpus
+from cone.encoders.auto import AUTO
 from cone.encoders.base import Runtime
 from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions
 from cone.encoders.registry import LEXICAL, MODEL_NAMES, check_model_name, is_lexical, load_encoder
@@ -71,7 +73,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "qb=4 (RaBitQ's query bits, 1-8); for LanceDB types nprobes=N (default 20), refine_factor=R, ef=N (HNSW)",
     )
     p.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
-    add_runtime_options(p)
+    add_runtime_options(p, default=AUTO)
     stream = p.add_argument_group(
         "streaming build",
         "For corpora too big to hold: documents are read and written a shard at a time, the correction and FAISS "
@@ -101,8 +103,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_index(args: argparse.Namespace) -> int:
     postprocess = pp.parse(args.postprocess)
-    runtime = Runtime(args.backend, args.quantize)
     check_model_name(args.model)
+    root = data_dir(args.data_dir)
+    runtime = runtime_for(args.backend, args.quantize, args.model, root)
     ray = ray_options(args)
     lexical = is_lexical(args.model)
     if lexical and (postprocess != "none" or runtime.tag != "torch" or args.stream or ray or args.store):
@@ -110,7 +113,6 @@ def run_index(args: argparse.Namespace) -> int:
             "--postprocess, --backend, --quantize, --stream, --ray and --store apply to dense models, not bm25"
         )
     args.index_factory = for_store(args.index_factory, args.store)
-    root = data_dir(args.data_dir)
     progress = not args.no_progress
     if lexical:
         out = build_bm25(load_corpus(root, args.dataset), args.out / LEXICAL, progress)

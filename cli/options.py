@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from cone.data.loaders import DATA_DIR_ENV
+from cone.encoders.auto import AUTO, auto_help, choose_runtime, follows_the_cpu
 from cone.encoders.base import BACKENDS, QUANTIZATIONS, SUPPORTED, Runtime
 from cone.encoders.cluster import ACTORS_START_S, RayOptions, connected
 from cone.errors import InputError
@@ -161,10 +163,29 @@ QUANTIZE_HELP = (
 )
 
 
-def add_runtime_options(parser: argparse.ArgumentParser) -> None:
-    """One runtime: what encodes the corpus here, recorded in the index, and what must encode its queries."""
-    parser.add_argument("--backend", choices=BACKENDS, default="torch", help=f"{RUNTIME_HELP}; default torch")
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help=f"{QUANTIZE_HELP}; default none")
+def add_runtime_options(parser: argparse.ArgumentParser, default: str = "torch") -> None:
+    """One runtime: what encodes the corpus here, recorded in the index, and what must encode its queries.
+    ``runtime_for`` reads them."""
+    choices = (AUTO, *BACKENDS)
+    help_text = f"{RUNTIME_HELP}; {auto_help()}. Default {default}"
+    parser.add_argument("--backend", choices=choices, default=default, help=help_text)
+    parser.add_argument(
+        "--quantize", choices=QUANTIZATIONS, default=None, help=f"{QUANTIZE_HELP}; default none (auto chooses its own)"
+    )
+
+
+def runtime_for(backend: str, quantize: str | None, model: str, data_root: Path) -> Runtime:
+    """--backend and --quantize as the concrete runtime that runs ``model``, before any work: ``auto`` resolved for
+    this CPU (and said on stderr where it follows the CPU), so what is recorded is what ran. ``data_root``: where a
+    first int8 export would calibrate."""
+    if backend != AUTO:
+        return Runtime(backend, quantize or "none")
+    if quantize is not None:
+        raise InputError("--backend auto chooses the precision too: leave out --quantize, or name a backend")
+    choice = choose_runtime(model, data_root)
+    if follows_the_cpu(model):
+        print(f"cone: --backend auto runs {model} on {choice.runtime.tag}: {choice.why}", file=sys.stderr, flush=True)
+    return choice.runtime
 
 
 def add_runtime_list_options(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
-from cone.encoders.base import TORCH, Encoder, Layer, LayeredEncoder, Runtime
+from cone.encoders.base import Encoder, Layer, LayeredEncoder, Runtime
 from cone.encoders.cluster import EncoderRecipe, RayEncoder
 from cone.encoders.registry import LEXICAL, is_lexical, load_encoder
 from cone.errors import InputError, ModelUnavailable
@@ -96,23 +96,25 @@ def load_eval_data(
 def build_indexes(
     model: str, data: EvalData, plan: EvalPlan, on_encoded: Callable[[int], None] | None = None
 ) -> list[Path]:
-    """The exact (Flat) index of each of ``plan``'s post-processings of ``model`` that ``run_eval`` reads, built
-    where missing or stale and reused otherwise, and not evaluated: a service can answer from them before the eval
-    runs. Their folders; a post-processing this model's space cannot take is left out (the eval gives its reason).
+    """The exact (Flat) index of each of ``plan``'s runtimes and post-processings of ``model`` that ``run_eval``
+    reads, built where missing or stale and reused otherwise, and not evaluated: a service can answer from them
+    before the eval runs. Their folders; a post-processing this model's space cannot take is left out (the eval
+    gives its reason).
 
     ``on_encoded(n)``: told each batch of corpus documents encoded; it may raise to stop the build, and then
     nothing of the model is written (indexes are written after the encoding, each atomically)."""
     if is_lexical(model):
         return [open_or_build_bm25(data.dataset, plan.indexes, plan.progress).folder]
-    encoder = load_encoder(model, plan.checkpoints, data_root=plan.data_root)
     folders = []
-    for spec in (pp.parse(s) for s in plan.postprocesses):
-        corpus = partial(correct_corpus, encoder, data.dataset, spec, plan.progress, on_encoded)
-        with suppress(InputError):
-            index = open_or_build_dense(
-                encoder, model, data.dataset, spec, corpus, DEFAULT_FACTORY, plan.indexes, progress=plan.progress
-            )
-            folders.append(index.folder)
+    for runtime in plan.model_runtimes(model):
+        encoder = load_encoder(model, plan.checkpoints, runtime=runtime, data_root=plan.data_root)
+        for spec in (pp.parse(s) for s in plan.postprocesses):
+            corpus = partial(correct_corpus, encoder, data.dataset, spec, plan.progress, on_encoded)
+            with suppress(InputError):
+                index = open_or_build_dense(
+                    encoder, model, data.dataset, spec, corpus, DEFAULT_FACTORY, plan.indexes, progress=plan.progress
+                )
+                folders.append(index.folder)
     return folders
 
 
@@ -291,7 +293,7 @@ def run_eval(data: EvalData, plan: EvalPlan, on_result: Callable[[EvalResult], N
     specs = [pp.parse(s) for s in plan.postprocesses]
     results: list[EvalResult] = []
     for model in plan.models:
-        for runtime in (TORCH,) if is_lexical(model) else plan.runtimes:
+        for runtime in plan.model_runtimes(model):
             found = _evaluate_model(model, runtime, specs, data, plan)
             for result in found:
                 result.runtime = runtime.tag

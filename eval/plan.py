@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cone.encoders.base import TORCH, Layer, Runtime
 from cone.encoders.cluster import RayOptions
-from cone.encoders.registry import check_model_name
+from cone.encoders.registry import check_model_name, is_lexical
 from cone.indexing.factory import DEFAULT_FACTORY
 
 ALL_LAYERS = "all"  # ``layers``: emb and every block of each dense model
@@ -21,7 +22,8 @@ class EvalPlan:
     ``indexes``: the index folder to reuse and fill. ``layers``: which space of each dense model ("last": its own
     output; "emb"; a block number), or ``ALL_LAYERS``. ``factories``: FAISS factories, each besides Flat a row
     compared with the exact Flat index; ``search_params`` apply to every factory but Flat. ``runtimes``: what runs
-    each dense model's forward pass (the LMs run on torch only, and say so in their rows). ``checkpoints``: the
+    each dense model's forward pass (the LMs run on torch only, and say so in their rows); ``runtime_of``: a model's
+    one runtime in their place (`cone demo --backend auto` chooses per model). ``checkpoints``: the
     folder of the LMs; ``data_root``: the data dir whose LM text calibrates a first int8 export. ``ray``: encode
     with a Ray cluster's actors (the caller holds the connection: ``cone.encoders.cluster.connected``)."""
 
@@ -32,6 +34,7 @@ class EvalPlan:
     factories: tuple[str, ...] = (DEFAULT_FACTORY,)
     search_params: str = ""
     runtimes: tuple[Runtime, ...] = (TORCH,)
+    runtime_of: Mapping[str, Runtime] = field(default_factory=dict)
     checkpoints: Path | None = None
     data_root: Path | None = None
     ray: RayOptions | None = field(default=None)
@@ -44,3 +47,10 @@ class EvalPlan:
             object.__setattr__(self, "layers", tuple(dict.fromkeys(self.layers)))
         for model in self.models:
             check_model_name(model)
+
+    def model_runtimes(self, model: str) -> tuple[Runtime, ...]:
+        """The runtimes of ``model``'s rows: bm25 encodes nothing (torch, by convention); a model of ``runtime_of``
+        its own; any other ``runtimes``."""
+        if is_lexical(model):
+            return (TORCH,)
+        return (self.runtime_of[model],) if model in self.runtime_of else self.runtimes

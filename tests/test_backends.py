@@ -10,12 +10,14 @@ import json
 import numpy as np
 import pytest
 
+from cone import cpu
 from cone.cli.main import main
 from cone.data.loaders import load_beir
+from cone.encoders import export
 from cone.encoders.base import TORCH, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import DamagedIndex, InputError, ModelUnavailable
-from cone.eval.harness import load_eval_data, run_eval
+from cone.eval.harness import build_indexes, load_eval_data, run_eval
 from cone.eval.plan import EvalPlan
 from cone.eval.significance import pairs
 from cone.indexing import store
@@ -108,6 +110,34 @@ def test_cone_index_with_backend_and_quantize(tiny_roberta_dir, calibrated_data,
     assert "--quantize int8 is not available with --backend torch" in capsys.readouterr().err
     assert main(["index", "--model", "bm25", "--dataset", "tiny", "--data-dir", str(calibrated_data), *out,
                  "--backend", "openvino"]) == 2  # fmt: skip
+
+
+def test_cone_index_auto_on_a_cpu_with_amx_builds_and_records_openvino_int8(
+    tiny_roberta_dir, calibrated_data, tmp_path, monkeypatch, capsys
+):
+    real_bf16 = cpu.bf16_is_fast()
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset({"avx2", "avx512_vnni", "avx512_bf16", "amx_bf16"}))
+    monkeypatch.setattr(export, "bf16_is_fast", lambda: real_bf16)  # OpenVINO compiles for the CPU it runs on
+    args = ["index", "--model", f"st:{tiny_roberta_dir}", "--dataset", "tiny", "--data-dir", str(calibrated_data)]
+    assert main([*args, "--out", str(tmp_path / "idx"), "--no-progress"]) == 0  # no --backend: auto
+    assert "runs st:" in capsys.readouterr().err
+    (folder,) = (tmp_path / "idx").iterdir()
+    manifest = read_manifest(folder)
+    assert folder.name.endswith("-openvino-int8") and (manifest.backend, manifest.quantize) == ("openvino", "int8")
+
+
+def test_a_model_s_own_runtime_names_the_index_its_eval_reads(tiny_roberta_dir, shared_tiny_beir, tmp_path):
+    """`cone demo` builds each model's indexes first and evaluates them after: with a runtime of its own (auto's
+    choice) a model's folders are named and reused alike."""
+    spec = f"st:{tiny_roberta_dir}"
+    data = load_eval_data(shared_tiny_beir, "tiny", with_sts=False)
+    plan = EvalPlan((spec,), tmp_path / "idx", runtime_of={spec: OPENVINO}, progress=False)
+    (built,) = build_indexes(spec, data, plan)
+    assert built.name == store.index_name(spec, "none", runtime=OPENVINO)
+    written = built.stat().st_mtime_ns
+    (result,) = run_eval(data, plan)
+    assert (result.label, result.index, result.available) == (f"{spec}@openvino", built.name, True)
+    assert built.stat().st_mtime_ns == written  # read, not rebuilt
 
 
 def test_eval_rows_per_runtime_compared_with_torch(tiny_roberta_dir, tiny_checkpoints, tiny_beir, tmp_path):

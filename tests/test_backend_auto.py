@@ -1,0 +1,182 @@
+"""``--backend auto``: the rule per kind of CPU (its flags through ``cone.cpu``, monkeypatched, so every machine runs
+the same tests), checked against the committed eval and the benchmark table it cites; what ``cone index`` records
+when auto chose; what ``cone demo`` gives each model; --help and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cone import cpu
+from cone.cli import demo
+from cone.cli.main import main
+from cone.encoders import export
+from cone.encoders.auto import CPU_KINDS, HOLDS_QUALITY, QUALITY_TOLERANCE, choose_runtime, cpu_kind
+from cone.encoders.base import TORCH, Runtime
+from cone.errors import ModelUnavailable
+from cone.indexing.manifest import MANIFEST, read_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+OPENVINO_INT8, OPENVINO_BF16 = Runtime("openvino", "int8"), Runtime("openvino", "bf16")
+# Flag sets as /proc/cpuinfo names them: the Xeon the backends were measured on (AMX), a CPU with AVX512-BF16 but no
+# AMX (AMD Zen 4), AVX-512 VNNI without bf16 (Intel Cascade Lake), and a plain AVX2 CPU (the issue's AMD EPYC).
+AMX = frozenset({"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"})
+ZEN4 = frozenset({"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"})
+VNNI = frozenset({"avx2", "fma", "avx512f", "avx512_vnni"})
+AVX2 = frozenset({"avx2", "fma"})
+
+
+@pytest.fixture()
+def cpu_with(monkeypatch):
+    def set_flags(flags: frozenset[str]) -> None:
+        monkeypatch.setattr(cpu, "cpu_flags", lambda: flags)
+
+    return set_flags
+
+
+@pytest.fixture()
+def openvino_here(monkeypatch):
+    """OpenVINO taken as installed, so the rule is the same test where it is not."""
+    monkeypatch.setattr(export, "backend_missing", lambda name, runtime: None)
+
+
+@pytest.fixture()
+def lm_text(tmp_path) -> Path:
+    """A data dir with LM text, which a first int8 export calibrates on."""
+    (tmp_path / "lmtext").mkdir()
+    (tmp_path / "lmtext" / "a.txt").write_text("a sentence to calibrate on\n")
+    return tmp_path
+
+
+def test_the_runtimes_that_hold_quality_are_those_of_the_committed_eval():
+    report = json.loads((ROOT / "docs" / "eval-backends" / "report.json").read_text())
+    rows = {r["runtime"]: r["metrics"] for r in report["results"] if r["model"] == "minilm" and r["available"]}
+    reference = rows.pop("torch")
+    held = {
+        tag
+        for tag, metrics in rows.items()
+        if all(abs(metrics[k] - reference[k]) <= QUALITY_TOLERANCE for k in ("ndcg_at_10", "stsb_spearman"))
+    }
+    assert held == {runtime.tag for runtime in HOLDS_QUALITY}
+    assert {runtime.tag for kind in CPU_KINDS for runtime in kind.fastest_first} <= set(rows)  # each one evaluated
+
+
+def _measured_rates(section: str) -> dict[Runtime, float]:
+    """docs/s of each runtime in the doc's table (rows of cone's own runtimes; the unavailable onnx row has none)."""
+    rates = {}
+    for line in (line for line in section.splitlines() if line.startswith("|")):
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        named = re.search(r"--backend (\w+)(?: --quantize (\w+))?`", cells[0])
+        if named and re.fullmatch(r"[0-9.]+", cells[1]):
+            rates[Runtime(named.group(1), named.group(2) or "none")] = float(cells[1])
+    return rates
+
+
+def test_the_order_on_cpus_with_native_bf16_is_the_measured_one():
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    section = doc.split("### Encoder runtimes")[1].split("\n### ")[0]
+    assert "amx_bf16" in section  # measured on a CPU of that kind
+    rates = _measured_rates(section)
+    faster = sorted((r for r in rates if rates[r] > rates[TORCH]), key=lambda r: -rates[r])
+    assert faster == list(cpu_kind(AMX).fastest_first) == [OPENVINO_INT8, OPENVINO_BF16, Runtime("openvino")]
+    assert all(not cpu_kind(flags).fastest_first for flags in (ZEN4, VNNI, AVX2))  # nothing measured there
+
+
+@pytest.mark.parametrize(
+    ("flags", "chosen", "said"),
+    [
+        (AMX, OPENVINO_INT8, "the fastest that held quality on AMX"),
+        (ZEN4, TORCH, "AVX512-BF16 without AMX: no runtime measured"),
+        (VNNI, TORCH, "AVX-512 VNNI without native bf16: no runtime measured"),
+        (AVX2, TORCH, "AVX2 or older, no VNNI, no native bf16: no runtime measured"),
+        (frozenset(), TORCH, "no runtime measured"),  # no /proc/cpuinfo
+    ],
+)
+def test_auto_picks_by_the_cpu(flags, chosen, said, cpu_with, openvino_here, lm_text):
+    cpu_with(flags)
+    for model in ("minilm", "st:/some/model"):
+        choice = choose_runtime(model, lm_text)
+        assert choice.runtime == chosen and said in choice.why
+
+
+@pytest.mark.parametrize("model", ["baseline", "regularized", "baseline-ft", "regularized-ft", "roberta", "bm25"])
+def test_the_lms_their_encoders_and_roberta_stay_on_torch(model, cpu_with, openvino_here, lm_text):
+    cpu_with(AMX)
+    choice = choose_runtime(model, lm_text)
+    assert choice.runtime == TORCH and "no other runtime's quality was measured" in choice.why
+
+
+def test_without_openvino_auto_is_torch_and_says_why(cpu_with, lm_text, monkeypatch):
+    cpu_with(AMX)
+    absent = ModelUnavailable("auto", "the openvino backend needs openvino, which is not installed", "pip install")
+    monkeypatch.setattr(export, "backend_missing", lambda name, runtime: absent)
+    choice = choose_runtime("minilm", lm_text)
+    assert choice.runtime == TORCH
+    assert "not openvino-int8, openvino-bf16, openvino: the openvino backend needs openvino" in choice.why
+
+
+def test_without_lm_text_to_calibrate_int8_auto_takes_the_next_fastest(cpu_with, openvino_here, tmp_path):
+    cpu_with(AMX)
+    choice = choose_runtime("minilm", tmp_path)
+    assert choice.runtime == OPENVINO_BF16 and "not openvino-int8: int8 calibration needs LM text" in choice.why
+
+
+def test_cone_index_by_default_records_what_auto_chose(tiny_roberta_dir, shared_tiny_beir, tmp_path, cpu_with, capsys):
+    cpu_with(AVX2)  # what CI runs on: torch
+    argv = ["index", "--model", f"st:{tiny_roberta_dir}", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir)]
+    assert main([*argv, "--out", str(tmp_path), "--no-progress"]) == 0  # no --backend: auto
+    assert "--backend auto runs st:" in capsys.readouterr().err
+    (folder,) = tmp_path.iterdir()
+    manifest = read_manifest(folder)
+    assert (manifest.backend, manifest.quantize) == ("torch", "none") and not folder.name.endswith("-torch")
+    assert "auto" not in (folder / MANIFEST).read_text()
+
+
+def test_help_says_what_auto_picks(capsys):
+    for command in ("index", "demo", "doctor"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "openvino-int8 on AMX" in text and "torch on AVX512-BF16 without AMX (not measured)" in text, command
+        assert "torch on AVX2 or older, no VNNI, no native bf16 (not measured)" in text, command
+        assert "roberta always run on torch" in text, command
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (["--backend", "tensorrt"], "argument --backend: invalid choice: 'tensorrt'"),
+        (["--quantize", "int8"], "--backend auto chooses the precision too"),
+        (["--backend", "auto", "--quantize", "bf16"], "--backend auto chooses the precision too"),
+    ],
+)
+def test_bad_runtime_options_are_one_line(extra, fragment, shared_tiny_beir, tmp_path, capsys):
+    argv = ["index", "--model", "minilm", "--data-dir", str(shared_tiny_beir), "--out", str(tmp_path), *extra]
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and fragment in err.splitlines()[-1] and "Traceback" not in err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("backend", "minilm"), [([], OPENVINO_INT8), (["--backend", "torch"], TORCH)])
+def test_the_demo_gives_each_model_its_runtime(backend, minilm, cpu_with, openvino_here, tiny_beir, monkeypatch):
+    """What `cone demo` builds and evaluates, on an AMX CPU: MiniLM as auto chose, the LMs on torch; with --backend
+    torch, everything on torch."""
+    cpu_with(AMX)
+    (tiny_beir / "lmtext").mkdir()
+    (tiny_beir / "lmtext" / "a.txt").write_text("a sentence to calibrate on\n")
+    plans = []
+    monkeypatch.setattr(demo.Demo, "build", lambda self, models, builds: plans.append(self.plan))
+    monkeypatch.setattr(demo.Demo, "show_instruments", lambda self: None)
+    monkeypatch.setattr(demo.Demo, "evaluate", lambda self: None)
+    argv = ["demo", "--models", "minilm,baseline,bm25", "--dataset", "tiny", "--data-dir", str(tiny_beir)]
+    assert main([*argv, "--out", str(tiny_beir / "out"), "--no-serve", "--no-progress", *backend]) == 0
+    (plan,) = plans
+    assert [plan.model_runtimes(m) for m in ("minilm", "baseline", "bm25")] == [(minilm,), (TORCH,), (TORCH,)]
+    assert plan.data_root == tiny_beir  # where int8 calibrates
