@@ -197,7 +197,13 @@ def test_finetune_table_regenerates_from_its_json_and_compares_each_start_with_t
         ("regularized-ft", "baseline-ft"),
         ("regularized-ft+whiten", "baseline-ft+whiten"),
     ]
+    assert all(c["seeds"] == [0, 1] and 0 <= c["seed_p"] <= c["seed_p_adjusted"] <= 1 for c in found["comparisons"])
     baseline = [r for r in record["rows"] if r["start"] == "baseline" and r["postprocess"] == "none"]
     assert found["rows"][0]["per_seed_ndcg"] == [r["metrics"]["ndcg_at_10"] for r in baseline]
+    record["rows"] = [r for r in record["rows"] if (r["start"], r["seed"]) != ("baseline", 0)]
+    saved.write_text(json.dumps(record))
+    table["main"](["--from-json", str(saved), *common, "--json"])
+    (plain, _) = json.loads(capsys.readouterr().out)["comparisons"]
+    assert plain["seeds"] == [1] and plain["seed_p"] is None  # compared on the seed both have, not seed 0 against 1
     with pytest.raises(SystemExit, match="need two starting points"):
         table["main"](["--from-json", str(saved), *common[:-1], "center"])

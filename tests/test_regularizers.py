@@ -262,3 +262,12 @@ def test_the_committed_regularizer_tables_are_what_their_committed_runs_give(mon
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
     page = set((docs.parent / "regularizers.md").read_text().splitlines())
     assert len(printed) > 100 and [line for line in printed if line not in page] == []  # the page's table, as printed
+
+
+def test_the_committed_finetune_table_is_what_its_committed_rows_give(data_dir, capsys):
+    """docs/regularizers/finetune-table.json (the downstream figures docs/regularizers.md cites) regenerates from
+    finetune.json, the STS gold scores read from the data dir."""
+    docs = Path(__file__).resolve().parents[1] / "docs" / "regularizers"
+    argv = ["--from-json", str(docs / "finetune.json"), "--against", "reg_cos", "--data-dir", str(data_dir), "--json"]
+    _benchmark("finetune_table")["main"](argv)
+    assert json.loads(capsys.readouterr().out) == json.loads((docs / "finetune-table.json").read_text())
