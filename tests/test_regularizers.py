@@ -271,3 +271,7 @@ def test_the_committed_finetune_table_is_what_its_committed_rows_give(data_dir, 
     argv = ["--from-json", str(docs / "finetune.json"), "--against", "reg_cos", "--data-dir", str(data_dir), "--json"]
     _benchmark("finetune_table")["main"](argv)
     assert json.loads(capsys.readouterr().out) == json.loads((docs / "finetune-table.json").read_text())
+    _benchmark("finetune_table")["main"](argv[:-1])
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    page = set((docs.parent / "regularizers.md").read_text().splitlines())
+    assert len(printed) > 30 and [line for line in printed if line not in page] == []  # the page's table, as printed
