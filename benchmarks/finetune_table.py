@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from cone.eval.harness import load_eval_data, run_eval
 from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult, Samples
 from cone.eval.significance import compare_pairs
+from cone.output import git_commit
 
 RUN = re.compile(r"^(?P<start>[a-z][a-z_]*)-seed(?P<seed>\d+)$")
 POSTPROCESS = ("none", "whiten")
@@ -159,13 +159,6 @@ def print_markdown(rows: list[dict], comparisons: list[dict]) -> None:
         )
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, nargs="?", help="folder of START-seedS fine-tuned runs")
@@ -190,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         records = collect(args.runs, root, args.dataset, args.indexes, references)
     if args.write_json:
         command = ["python", "benchmarks/finetune_table.py", *(sys.argv[1:] if argv is None else argv)]
-        record = {"command": " ".join(map(str, command)), "commit": _commit(), "rows": records}
+        record = {"command": " ".join(map(str, command)), "commit": git_commit(), "rows": records}
         args.write_json.write_text(json.dumps(record) + "\n")
     gold = {name: pairs.scores for name, pairs in load_eval_data(root, args.dataset).sts.items()}
     rows, comparisons = table(records, args.against, gold)

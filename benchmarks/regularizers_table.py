@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from scipy.stats import false_discovery_control, ttest_rel
 from cone.models.analysis import checkpoint_report
 from cone.models.checkpoint import read_config, read_log
 from cone.models.train import format_regularizers
+from cone.output import git_commit
 
 RUN = re.compile(r"^(?P<name>[a-z_]+)-seed(?P<seed>\d+)$")
 # (key, label, lower is better?) of the table's columns: the log's final line, then the checkpoint report's.
@@ -207,13 +207,6 @@ def draw_figures(rows: list[dict], out: Path) -> list[Path]:
     return [curves_png, map_png]
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, nargs="?")
@@ -231,7 +224,7 @@ def main() -> None:
     if not rows:
         parser.error(f"no finished run named NAME-seedS under {args.runs or args.from_json}")
     if args.write_json:
-        record = {"command": " ".join(["python", *sys.argv]), "commit": _commit(), "runs": rows}
+        record = {"command": " ".join(["python", *sys.argv]), "commit": git_commit(), "runs": rows}
         args.write_json.write_text(json.dumps(record, indent=1) + "\n")
     table, tests = summary(rows), comparisons(rows)
     if args.figures:

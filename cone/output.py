@@ -6,6 +6,7 @@ import ctypes
 import json
 import math
 import os
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -70,3 +71,11 @@ def native_stdout_silenced() -> Iterator[None]:
         libc.fflush(None)
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def git_commit() -> str:
+    """The commit checked out where this runs, for the provenance of a committed result ("unknown" outside git)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
