@@ -20,7 +20,8 @@ the section declares a setting; ``<!-- unchecked: why -->`` exempts the row. A f
 taken by that comment first.
 
 Exemptions: ``NUMBER<!-- unchecked: why -->`` exempts one figure; that comment alone on a line, the block under it
-(up to a blank line). ``<!-- settings: 0.5 0.99 -->`` declares those literals parameters, not results, up to the
+(up to a blank line). ``<!-- generated: COMMAND; tests/test_x.py holds it equal -->`` alone on a line: the block under
+it is a script's printed output, which the named test (a file that must exist) compares with the script's output. ``<!-- settings: 0.5 0.99 -->`` declares those literals parameters, not results, up to the
 next ``##`` heading.
 
 A figure matches when it is the value rounded to the printed precision (at most half a unit of its last printed
@@ -296,6 +297,11 @@ def check_page(path: Path, root: Path) -> list[str]:
             settings |= set(alone.group(1).strip().removeprefix("settings:").split())
         elif alone and alone.group(1).strip().startswith("unchecked:"):
             exempt = True
+        elif alone and alone.group(1).strip().startswith("generated:"):
+            exempt = True
+            tests = re.findall(r"tests/[\w/]+\.py", alone.group(1))
+            if not tests or not all((root / t).is_file() for t in tests):
+                page.fail(n + 1, "a generated block names the test that holds it equal (tests/....py, a file)")
         elif alone and alone.group(1).strip().startswith("table"):
             table_spec = alone.group(1).strip()
         elif line.startswith("|"):

@@ -89,3 +89,16 @@ def test_figures_outside_a_checked_section_need_no_reference(tmp_path):
     assert check_page(page, tmp_path) == [
         "page.md:8: 0.5 is referenced by nothing (<!-- from FILE: PATH --> or <!-- unchecked: why -->)"
     ]
+
+
+def test_a_generated_block_names_an_existing_test_and_ends_at_a_blank_line(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("")
+    block = "| a | 0.5 |\n|---|---|\n| b | 0.25 |\n\nthen 0.75 x\n"
+    page = tmp_path / "page.md"
+    page.write_text(f"# Page\n{CHECKED}\n\n<!-- generated: cmd; tests/test_x.py holds it equal -->\n{block}")
+    assert check_page(page, tmp_path) == [
+        "page.md:9: 0.75 is referenced by nothing (<!-- from FILE: PATH --> or <!-- unchecked: why -->)"
+    ]
+    page.write_text(f"# Page\n{CHECKED}\n\n<!-- generated: cmd; tests/test_y.py holds it equal -->\n{block}")
+    assert any("names the test" in p for p in check_page(page, tmp_path))
