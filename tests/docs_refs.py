@@ -290,8 +290,8 @@ def check_page(path: Path, root: Path) -> list[str]:
                 checked_level = None
             if level <= 2:
                 settings = set()
-            if n + 1 < len(lines) and lines[n + 1].strip() == CHECKED:
-                checked_level = level
+            if n + 1 < len(lines) and lines[n + 1].strip() == CHECKED and checked_level is None:
+                checked_level = level  # a checked section inside a checked one keeps the outer's reach
         alone = re.fullmatch(r"\s*<!--(.*?)-->\s*", line)
         if alone and alone.group(1).strip().startswith("settings:"):
             settings |= set(alone.group(1).strip().removeprefix("settings:").split())

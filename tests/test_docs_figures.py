@@ -83,6 +83,12 @@ def test_a_wrong_figure_or_reference_fails(tmp_path, edit, complaint):
     assert any(complaint in p for p in problems), problems
 
 
+def test_a_checked_section_inside_a_checked_page_keeps_the_page_checked(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"# Page\n{CHECKED}\n\n## A\n{CHECKED}\n\n1.5 x\n\n## B\n\n2.5 x\n")
+    assert [p.split(": ", 1)[1][:3] for p in check_page(page, tmp_path)] == ["1.5", "2.5"]
+
+
 def test_figures_outside_a_checked_section_need_no_reference(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# Page\n\n0.123 and 4.5×, `cone:0.99`\n\n## Checked\n" + CHECKED + "\n\nat `C = 0.9`, 0.5 x\n")
