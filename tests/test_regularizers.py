@@ -248,16 +248,17 @@ def test_the_default_lambdas_are_what_the_rule_picks_from_the_committed_sweep():
     assert chosen == {name: lam for name, lam in DEFAULT_LAMBDAS.items() if name != "reg_cos"}
 
 
-def test_the_sweep_table_on_the_page_is_what_the_committed_sweep_logs_give(monkeypatch, capsys):
-    """docs/regularizers.md's sweep table is sweep_table.py's output on docs/regularizers/sweep, line for line."""
+@pytest.mark.parametrize(("sweep", "page"), [("regularizers/sweep", "regularizers.md"), ("sweep", "training.md")])
+def test_a_sweep_table_on_a_page_is_what_the_committed_sweep_logs_give(monkeypatch, capsys, sweep, page):
+    """The page's sweep table is sweep_table.py's output on the committed runs, line for line."""
     import sys
 
-    docs = Path(__file__).resolve().parents[1] / "docs" / "regularizers"
-    monkeypatch.setattr(sys, "argv", ["sweep_table.py", str(docs / "sweep")])
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    monkeypatch.setattr(sys, "argv", ["sweep_table.py", str(docs / sweep)])
     _benchmark("sweep_table")["main"]()
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
-    page = set((docs.parent / "regularizers.md").read_text().splitlines())
-    assert len(table) == 2 + len(list((docs / "sweep").iterdir())) and [line for line in table if line not in page] == []
+    lines = set((docs / page).read_text().splitlines())
+    assert len(table) == 2 + len(list((docs / sweep).iterdir())) and [line for line in table if line not in lines] == []
 
 
 def test_the_committed_regularizer_tables_are_what_their_committed_runs_give(monkeypatch, capsys):
