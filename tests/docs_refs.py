@@ -21,8 +21,8 @@ taken by that comment first.
 
 Exemptions: ``NUMBER<!-- unchecked: why -->`` exempts one figure; that comment alone on a line, the block under it
 (up to a blank line). ``<!-- generated: COMMAND; tests/test_x.py holds it equal -->`` alone on a line: the block under
-it is a script's printed output, which the named test (a file that must exist) compares with the script's output. ``<!-- settings: 0.5 0.99 -->`` declares those literals parameters, not results, up to the
-next ``##`` heading.
+it is a script's printed output, which the named test (a file that must exist) compares with the script's output.
+``<!-- settings: 0.5 0.99 -->`` declares those literals parameters, not results, up to the next ``##`` heading.
 
 A figure matches when it is the value rounded to the printed precision (at most half a unit of its last printed
 digit apart). Integers are checked where referenced but not required to be.
