@@ -8,8 +8,8 @@ import os
 if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_name, str(max(1, (os.cpu_count() or 1) // int(workers))))
-    # Ray starts its workers 15 nice levels below the raylet; beside a busy pytest worker they then get almost no
-    # CPU (a 10 s test took 427 s: docs/benchmarks.md). Same priority as the test that waits on them.
+    # Ray starts its workers at a niceness 15 higher than the raylet's (lower priority): beside a busy pytest worker
+    # they got almost no CPU (a 10 s test took 427 s: docs/benchmarks.md). Same priority as the test that waits on them.
     os.environ.setdefault("RAY_worker_niceness", "0")
 
 from pathlib import Path

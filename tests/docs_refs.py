@@ -300,8 +300,8 @@ def check_page(path: Path, root: Path) -> list[str]:
         elif alone and alone.group(1).strip().startswith("generated:"):
             exempt = True
             tests = re.findall(r"tests/[\w/]+\.py", alone.group(1))
-            if not tests or not all((root / t).is_file() for t in tests):
-                page.fail(n + 1, "a generated block names the test that holds it equal (tests/....py, a file)")
+            if not tests or not all((root / t).is_file() and path.name in (root / t).read_text() for t in tests):
+                page.fail(n + 1, "a generated block names the test that holds it equal (tests/....py, naming the page)")
         elif alone and alone.group(1).strip().startswith("table"):
             table_spec = alone.group(1).strip()
         elif line.startswith("|"):

@@ -107,12 +107,14 @@ def test_figures_outside_a_checked_section_need_no_reference(tmp_path):
 
 def test_a_generated_block_names_an_existing_test_and_ends_at_a_blank_line(tmp_path):
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_x.py").write_text("")
+    (tmp_path / "tests" / "test_x.py").write_text('PAGE = "page.md"')
+    (tmp_path / "tests" / "test_z.py").write_text('PAGE = "other.md"')
     block = "| a | 0.5 |\n|---|---|\n| b | 0.25 |\n\nthen 0.75 x\n"
     page = tmp_path / "page.md"
     page.write_text(f"# Page\n{CHECKED}\n\n<!-- generated: cmd; tests/test_x.py holds it equal -->\n{block}")
     assert check_page(page, tmp_path) == [
         "page.md:9: 0.75 is referenced by nothing (<!-- from FILE: PATH --> or <!-- unchecked: why -->)"
     ]
-    page.write_text(f"# Page\n{CHECKED}\n\n<!-- generated: cmd; tests/test_y.py holds it equal -->\n{block}")
-    assert any("names the test" in p for p in check_page(page, tmp_path))
+    for missing_or_other in ("test_y", "test_z"):
+        page.write_text(f"# Page\n{CHECKED}\n\n<!-- generated: cmd; tests/{missing_or_other}.py holds it -->\n{block}")
+        assert any("names the test" in p for p in check_page(page, tmp_path))

@@ -257,8 +257,10 @@ def test_a_sweep_table_on_a_page_is_what_the_committed_sweep_logs_give(monkeypat
     monkeypatch.setattr(sys, "argv", ["sweep_table.py", str(docs / sweep)])
     _benchmark("sweep_table")["main"]()
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
-    lines = set((docs / page).read_text().splitlines())
-    assert len(table) == 2 + len(list((docs / sweep).iterdir())) and [line for line in table if line not in lines] == []
+    lines = (docs / page).read_text().splitlines()
+    start = lines.index(table[0])  # the block under the page's generated marker: the same rows in the same order
+    assert lines[start - 1].startswith("<!-- generated:") and len(table) == 2 + len(list((docs / sweep).iterdir()))
+    assert lines[start : start + len(table) + 1] == [*table, ""]
 
 
 def test_the_committed_regularizer_tables_are_what_their_committed_runs_give(monkeypatch, capsys):
