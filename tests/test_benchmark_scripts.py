@@ -30,3 +30,14 @@ def test_sweep_cost_runs_both_evals_and_counts_their_rows(shared_tiny_beir, tmp_
     rows = [(r["postprocess"], r["factory"]) for r in report["results"]]
     assert rows == [("none", "Flat"), ("none", "SQ8"), ("center", "Flat"), ("center", "SQ8")]
     assert report["command"].startswith("cone eval --models baseline --dataset tiny")
+
+
+def test_pq_noise_finds_the_same_index_on_a_rebuild_and_counts_what_noise_moves():
+    pq_noise = runpy.run_path(str(SCRIPTS[0].parent / "pq_noise.py"), run_name="benchmark_under_test")
+    import numpy as np
+
+    vectors = np.random.default_rng(0).normal(size=(600, 64)).astype(np.float32)
+    first = pq_noise["pq_top10"](vectors, "none", queries=50)
+    assert pq_noise["kept"](first, pq_noise["pq_top10"](vectors, "none", queries=50)) == 1.0
+    moved = pq_noise["pq_top10"](vectors + np.float32(0.05) * vectors[::-1], "none", queries=50)
+    assert pq_noise["kept"](first, moved) < 1.0
