@@ -282,7 +282,13 @@ def test_the_committed_regularizer_tables_are_what_their_committed_runs_give(mon
 @pytest.mark.parametrize(
     ("rows", "table", "against", "page"),
     [
-        ("regularizers/finetune.json", "regularizers/finetune-table.json", "reg_cos", "regularizers.md"),
+        pytest.param(  # 28 comparisons' permutation tests and bootstraps: 32 s
+            "regularizers/finetune.json",
+            "regularizers/finetune-table.json",
+            "reg_cos",
+            "regularizers.md",
+            marks=pytest.mark.slow,
+        ),
         ("eval-finetune/seeds.json", "eval-finetune/seeds-table.json", "baseline", "results.md"),
     ],
 )
