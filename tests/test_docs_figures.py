@@ -10,13 +10,14 @@ from docs_refs import CHECKED, check_page
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-# The sections that must stay checked: the README and the results, eval and training pages whole (and their
-# checked subsections).
+# The sections that must stay checked: the README and the results, eval, regularizers and training pages whole (and
+# their checked subsections).
 MUST_CHECK = [
     ("README.md", "# cone"),
     ("README.md", "## What the measurements say"),
     ("docs/results.md", "# Results"),
     ("docs/eval.md", "# The eval harness"),
+    ("docs/regularizers.md", "# The regularizer lineage"),
     ("docs/training.md", "# Training the two language models"),
     ("docs/training.md", "## Choosing λ: the sweep"),
     ("docs/training.md", "## Pre-training's own noise"),
