@@ -7,7 +7,10 @@ import json
 import runpy
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from cone.eval.metrics import overlap_at_k
 
 SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
 
@@ -33,11 +36,9 @@ def test_sweep_cost_runs_both_evals_and_counts_their_rows(shared_tiny_beir, tmp_
 
 
 def test_pq_noise_finds_the_same_index_on_a_rebuild_and_counts_what_noise_moves():
-    pq_noise = runpy.run_path(str(SCRIPTS[0].parent / "pq_noise.py"), run_name="benchmark_under_test")
-    import numpy as np
-
+    pq_top10 = runpy.run_path(str(SCRIPTS[0].parent / "pq_noise.py"), run_name="benchmark_under_test")["pq_top10"]
     vectors = np.random.default_rng(0).normal(size=(600, 64)).astype(np.float32)
-    first = pq_noise["pq_top10"](vectors, "none", queries=50)
-    assert pq_noise["kept"](first, pq_noise["pq_top10"](vectors, "none", queries=50)) == 1.0
-    moved = pq_noise["pq_top10"](vectors + np.float32(0.05) * vectors[::-1], "none", queries=50)
-    assert pq_noise["kept"](first, moved) < 1.0
+    first = pq_top10(vectors, "none", queries=50)
+    assert overlap_at_k(pq_top10(vectors, "none", queries=50), first) == 1.0
+    moved = pq_top10(vectors + np.float32(0.05) * vectors[::-1], "none", queries=50)
+    assert overlap_at_k(moved, first) < 1.0

@@ -301,5 +301,5 @@ def test_a_committed_finetune_table_is_what_its_committed_rows_give(data_dir, ca
     assert json.loads(capsys.readouterr().out) == json.loads((docs / table).read_text())
     _benchmark("finetune_table")["main"](argv[:-1])
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    page = set((docs / page).read_text().splitlines())
-    assert len(printed) > 15 and [line for line in printed if line not in page] == []  # the page's tables, as printed
+    lines = set((docs / page).read_text().splitlines())
+    assert len(printed) > 15 and [line for line in printed if line not in lines] == []  # the page's tables, as printed
