@@ -125,7 +125,18 @@ def main() -> None:
                     runs.setdefault((n, d, name), []).append(run)
     load.append(os.getloadavg()[0])
     if args.json:
-        print(json.dumps([{"n": n, "d": d, "impl": name, "runs": r} for (n, d, name), r in runs.items()], indent=2))
+        rows = [
+            {
+                "n": n,
+                "d": d,
+                "impl": name,
+                "median_s": statistics.median(x["seconds"] for x in r),
+                "peak_rss_mb": max(x["peak_rss_mb"] for x in r),
+                "runs": r,
+            }
+            for (n, d, name), r in runs.items()
+        ]
+        print(json.dumps({"blas_threads": args.blas_threads, "rows": rows}, indent=2))
         return
     threads = args.blas_threads or "default"
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, BLAS threads {threads}; {args.repeats} fresh process(es) each")

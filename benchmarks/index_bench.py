@@ -2,11 +2,14 @@
 encoder, and at scale FAISS flat vs approximate factories (queries/s, recall@10 vs flat).
 
 Usage: python benchmarks/index_bench.py [--docs 1000] [--n 1000000] [--factories IVF1024,Flat HNSW32]
+       [--ann-only | --encoders-only] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 
 import faiss
@@ -40,7 +43,7 @@ def lm_encoder(texts: list[str]) -> dict[str, float]:
         try:
             enc = load_encoder(name)
         except Exception as exc:  # an absent checkpoint is reported, not fatal
-            print(f"  {name}: skipped ({exc})")
+            print(f"  {name}: skipped ({exc})", file=sys.stderr)
             continue
         enc.encode(texts[:64])
         out[f"cone {name} LM encoder"] = docs_per_s(lambda t, e=enc: e.encode(t, batch_size=64), texts)
@@ -96,32 +99,46 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--factories", nargs="*", default=["IVF1024,Flat", "IVF4096,Flat", "HNSW32"])
     parser.add_argument("--ann-only", action="store_true", help="skip the encoder part")
+    parser.add_argument("--encoders-only", action="store_true", help="skip the FAISS part")
     parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
+    result: dict = {}
     if not args.ann_only:
-        encoders_part(args)
-    print(
-        f"\nFAISS at scale: {args.n:,} unit vectors of d=256 in {args.n // 50:,} clusters, {args.queries} queries, "
-        "recall@10 vs Flat"
-    )
-    for row in ann_at_scale(args.n, args.queries, args.factories):
+        result["encoders"] = encoders_part(args)
+    if not args.encoders_only:
+        result["ann"] = {
+            "n": args.n,
+            "queries": args.queries,
+            "rows": ann_at_scale(args.n, args.queries, args.factories),
+        }
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    if "encoders" in result:
+        found = result["encoders"]
+        print(f"encoding {found['docs']} SciFact documents (median of {found['rounds']} interleaved rounds):")
+        for name, value in found["docs_per_s"].items():
+            print(f"  {name:32s} {value:8.1f} docs/s")
+        print(f"  ratio cone / sentence-transformers: {found['ratio']:.3f}")
+    if "ann" in result:
         print(
-            f"  {row['factory']:28s} build {row['build_s']:7.1f} s  {row['qps']:9.0f} q/s  "
-            f"recall@10 {row['recall_at_10']:.3f}"
+            f"\nFAISS at scale: {args.n:,} unit vectors of d=256 in {args.n // 50:,} clusters, {args.queries} queries, "
+            "recall@10 vs Flat"
         )
+        for row in result["ann"]["rows"]:
+            print(
+                f"  {row['factory']:28s} build {row['build_s']:7.1f} s  {row['qps']:9.0f} q/s  "
+                f"recall@10 {row['recall_at_10']:.3f}"
+            )
 
 
-def encoders_part(args: argparse.Namespace) -> None:
+def encoders_part(args: argparse.Namespace) -> dict:
     ds = load_beir(data_dir(args.data_dir), "scifact")
     texts = [doc_text(ds.corpus[d]) for d in sorted(ds.corpus)[: args.docs]]
-    print(f"encoding {len(texts)} SciFact documents (median of {args.rounds} interleaved rounds):")
-    speeds = encoder_overhead(texts, args.rounds)
-    for name, value in speeds.items():
-        print(f"  {name:32s} {value:8.1f} docs/s")
+    speeds = {**encoder_overhead(texts, args.rounds), **lm_encoder(texts)}
     ratio = speeds["cone minilm encoder"] / speeds["sentence-transformers encode"]
-    print(f"  ratio cone / sentence-transformers: {ratio:.3f}")
-    for name, value in lm_encoder(texts).items():
-        print(f"  {name:32s} {value:8.1f} docs/s")
+    return {"docs": len(texts), "rounds": args.rounds, "docs_per_s": speeds, "ratio": ratio}
 
 
 if __name__ == "__main__":

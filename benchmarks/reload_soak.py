@@ -101,7 +101,7 @@ def main() -> None:
         started = time.monotonic()
         for n in range(1, args.reloads + 1):
             if time.monotonic() - started > args.max_seconds:
-                print(f"stopped at reload {n - 1}: --max-seconds {args.max_seconds:g} reached", flush=True)
+                print(f"stopped at reload {n - 1}: --max-seconds {args.max_seconds:g} reached", file=sys.stderr)
                 break
             answer = reload(url, key)
             row = {
@@ -118,7 +118,7 @@ def main() -> None:
                 print(
                     f"reload {n:4d}: RSS {row['rss_mb']:7.1f} MB, {row['fds']:4d} fds, {row['seconds']:6.1f} s, "
                     f"{done['requests']} requests, {done['errors']} errors",
-                    flush=True,
+                    file=sys.stderr,
                 )
     finally:
         stop.set()

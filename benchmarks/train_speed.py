@@ -2,13 +2,14 @@
 
 Every variant trains the same 16,392 x 256 model on the same batches from the same initial
 weights; only how the step is computed differs. Usage:
-    python benchmarks/train_speed.py [--steps 12] [--threads 2] [--compile]
+    python benchmarks/train_speed.py [--steps 12] [--threads 2] [--compile] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import time
 
 import torch
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile on the bf16 step")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -76,6 +78,10 @@ def main() -> None:
             name = f"cone train step, {'bf16' if bf16 else 'fp32'} + torch.compile, λ=3"
             results[name] = tokens_per_s(variant(name, 3.0, bf16, compiled=True), batches, warmup=3)
     baseline = results["plain fp32 loop (baseline)"]
+    if args.json:
+        rows = [{"variant": name, "tokens_per_s": tps, "ratio": tps / baseline} for name, tps in results.items()]
+        print(json.dumps({"threads": args.threads, "steps": args.steps, "native_bf16": native, "rows": rows}, indent=1))
+        return
     print(
         f"threads={args.threads}, batch 32 x {cfg.block_size}, vocab {cfg.vocab_size}, width {cfg.n_embd}, "
         f"native bf16: {native} (cone train uses bf16 autocast only then)"
