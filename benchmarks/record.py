@@ -3,9 +3,9 @@
 Usage: python benchmarks/record.py OUT.json [--note TEXT] -- COMMAND [ARG ...]
 
 COMMAND's standard output is its result: parsed as JSON where it is JSON (the benchmarks' ``--json``), else kept as
-its last 40 lines; its standard error passes through (progress). The record adds the command, the commit and
-whether the tree had changes, the CPU's name and the flags that decide its speed, the cores, the 1-minute load
-average before and after, the start, the wall seconds, the children's peak resident set and the exit status. A
+its last 40 lines; its standard error passes through (progress). The record adds the command, the commit and the
+tracked files that differed from it, the CPU's name and the flags that decide its speed, the cores, the 1-minute
+load average before and after, the start, the wall seconds, the children's peak resident set and the exit status. A
 page cites a record's figures as it cites a report's (``<!-- from docs/benchmarks/NAME.json: result.… -->``,
 tests/docs_refs.py), so every timing on docs/benchmarks.md names the run that measured it.
 """
@@ -54,10 +54,12 @@ def parse_output(stdout: str):
 
 def record(command: list[str], note: str | None = None) -> dict:
     """Runs ``command`` and returns its record (the command's own failure is recorded, not raised)."""
+    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
     found = {
         "command": " ".join(command),
         "commit": git("rev-parse", "--short", "HEAD"),
-        "tree_changed": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "tree_changed": bool(changed),
+        "changed_files": changed,  # tracked files that differ from the commit: docs being written are harmless
         **machine(),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
     }

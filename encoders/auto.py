@@ -36,8 +36,9 @@ class CpuKind:
 # The first kind whose flags this CPU has decides. Each line says where its order comes from.
 CPU_KINDS = (
     # docs/benchmarks.md, "Encoder runtimes" (benchmarks/backend_bench.py, MiniLM, 500 SciFact documents): an Intel
-    # Xeon with avx512_bf16 and amx_bf16; openvino int8 3.29x torch, bf16 3.07x, fp32 1.26x (the speed-ups are AMX's
-    # tile units at work). tests/test_backend_auto.py checks this order against the doc's table.
+    # Xeon with avx512_bf16 and amx_bf16, where openvino int8 ran fastest, then bf16, then fp32, all faster than
+    # torch (the speed-ups are AMX's tile units at work). tests/test_backend_auto.py checks this order against the
+    # run's record, docs/benchmarks/backends.json.
     CpuKind(
         "AMX",
         frozenset({"amx_bf16", "amx_int8"}),

@@ -1,0 +1,269 @@
+"""docs/benchmarks.md's tables, printed from the committed benchmark records (benchmarks/record.py writes them).
+
+Usage: python benchmarks/bench_tables.py TABLE [--records docs/benchmarks]
+TABLE: one of the names --help lists. A table's numbers are the records' own, rounded for reading; the page
+holds each printed table under a ``<!-- generated: … -->`` marker, and tests/test_benchmark_records.py holds them
+equal, so a rerun benchmark changes the page only through this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+RECORDS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
+
+
+def load(folder: Path, name: str) -> dict:
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
+
+
+def n(value: float, decimals: int = 0) -> str:
+    """A figure with thousands separators and a Unicode minus, as the docs print them."""
+    return f"{value:,.{decimals}f}".replace("-", "−")
+
+
+def load_range(record: dict) -> str:
+    return f"{record['load_1min_before']:.1f} → {record['load_1min_after']:.1f}"
+
+
+def largest_change(old: dict, new: dict) -> float:
+    """The largest relative difference of any instrument between the old and the new code's first runs."""
+    before, after = old["runs"][0]["values"], new["runs"][0]["values"]
+    return max(abs(after[k] - before[k]) / max(abs(before[k]), 1e-300) for k in before)
+
+
+def geometry(folder: Path) -> str:
+    rows = []
+    for name in ("geometry-1m", "geometry-1m-blas-default", "geometry-3x5000", "geometry-3x20000"):
+        record = load(folder, name)
+        found = record["result"]
+        by_impl = {row["impl"].split(" ")[0]: row for row in found["rows"]}
+        old, new = by_impl.get("old"), by_impl["new"]
+        runs = ", ".join(f"{run['seconds']:.2f}" for run in new["runs"])
+        rows.append(
+            [
+                f"{new['n']:,} × {new['d']:,}",
+                str(found["blas_threads"] or "OpenBLAS's own"),
+                f"{old['median_s']:.2f} s" if old else "not run",
+                f"**{new['median_s']:.2f} s**" + (f" ({runs})" if len(new["runs"]) > 1 else ""),
+                f"{old['median_s'] / new['median_s']:.1f}×" if old else "—",
+                f"{largest_change(old, new):.0e}" if old else "—",
+                f"{n(old['peak_rss_mb'])} MB" if old else "—",
+                f"{n(new['peak_rss_mb'])} MB",
+                load_range(record),
+                f"`{name}.json`",
+            ]
+        )
+    header = ["N × d", "BLAS threads", "old `measure()`", "new `measure()`", "old / new", "largest value change"]
+    return table([*header, "old peak RSS", "new peak RSS", "load", "record"], rows)
+
+
+def train_speed(folder: Path) -> str:
+    found = load(folder, "train-speed")["result"]
+    rows = [[row["variant"], n(row["tokens_per_s"]), f"{row['ratio']:.2f}×"] for row in found["rows"]]
+    return table(["variant", "tokens/s", "vs plain fp32 loop"], rows)
+
+
+def regularizer_cost(folder: Path) -> str:
+    found = load(folder, "regularizer-cost")["result"]
+    rows = [
+        [name, f"{row['term_ms']:.1f} ms", f"{100 * row['term_share_of_step']:.2f}%", f"{row['step_ratio']:.3f}×"]
+        for name, row in found["terms"].items()
+    ]
+    return table(["term", "term alone (fwd + bwd)", "share of a step", "step with term ÷ without"], rows)
+
+
+def encoders(folder: Path) -> str:
+    found = load(folder, "encoders")["result"]["encoders"]
+    rows = [[name, f"{rate:.1f}"] for name, rate in found["docs_per_s"].items()]
+    rows.append(["ratio cone minilm / sentence-transformers", f"**{found['ratio']:.3f}**"])
+    return table(["path", "docs/s"], rows)
+
+
+def precisions(counts: dict[str, int]) -> str:
+    return " + ".join(f"{count} {kind}" for kind, count in sorted(counts.items(), key=lambda kv: -kv[1])) or "—"
+
+
+def backends(folder: Path) -> str:
+    found = load(folder, "backends")["result"]
+    rows = []
+    for row in found["rows"]:
+        cosine = f"{row['min_cos_vs_fp32']:.5f}" if "min_cos_vs_fp32" in row else "—"
+        matmuls = precisions(row["matmul_precisions"]) if row.get("matmul_precisions") else "—"
+        rows.append([row["variant"], f"{row['docs_per_s']:.1f}", f"{row['ratio']:.2f}×", cosine, matmuls])
+    rows += [[f"cone {tag}", "—", "—", "—", f"unavailable: {reason}"] for tag, reason in found["unavailable"].items()]
+    return table(["variant", "docs/s", "÷ sentence-transformers torch", "min cosine to fp32", "matmuls run in"], rows)
+
+
+def ann(folder: Path) -> str:
+    rows_in = load(folder, "ann-1m")["result"]["ann"]["rows"]
+    flat = rows_in[0]["qps"]
+    rows = [
+        [
+            row["factory"],
+            f"{row['build_s']:.1f} s",
+            n(row["qps"]),
+            f"{row['qps'] / flat:.1f}×",
+            f"{row['recall_at_10']:.3f}",
+        ]
+        for row in rows_in
+    ]
+    return table(["factory (search parameter)", "build", "queries/s", "vs Flat", "recall@10"], rows)
+
+
+def load_runs(folder: Path) -> str:
+    rows = []
+    for name in ("load-minilm", "load-baseline", "load-baseline-reloads"):
+        found = load(folder, name)["result"]
+        for run in found["runs"]:
+            single, loaded, reloads = run["one_client"], run["loaded"], run["reloads"]
+            batching = "none (`--max-batch 1`)" if run["batching"] == "none" else f"window {run['batching']} ms"
+            if reloads["ok"] or reloads["failed"]:
+                batching += f"; {reloads['ok']} reloads, {reloads['failed']} failed"
+            rows.append(
+                [
+                    found["model"],
+                    batching,
+                    f"{found['in_process_ms']:.2f} ms",
+                    f"{single['p50_ms']:.2f} / {single['p99_ms']:.2f} ms ({run['overhead_p50_ratio']:.2f})",
+                    f"{n(loaded['requests'])}, **{loaded['errors']}**",
+                    f"{loaded['p50_ms']:.1f} / {loaded['p99_ms']:.1f} ms",
+                    f"{loaded['rps']:.1f} req/s",
+                    f"**{run['load_rps_vs_in_process']:.2f}×**",
+                ]
+            )
+    header = ["model", "batching", "in-process (median)", "1 client p50 / p99 (÷ in-process)"]
+    return table([*header, "16 clients × 30 s: requests, errors", "p50 / p99", "throughput", "÷ in-process loop"], rows)
+
+
+def reload_soak(folder: Path) -> str:
+    found = load(folder, "reload-soak")["result"]
+    at = found["at"]
+    rows = [
+        [
+            str(found["reloads"]),
+            " / ".join(f"{n(at[k]['rss_mb'], 1)} MB" for k in ("0", "10", "200") if k in at),
+            " / ".join(str(at[k]["fds"]) for k in ("0", "10", "200") if k in at),
+            f"{n(found['requests'])}, **{found['errors']}**",
+        ]
+    ]
+    return table(["reloads", "RSS at reload 0 / 10 / 200", "descriptors at 0 / 10 / 200", "requests, errors"], rows)
+
+
+def sweep_cost(folder: Path) -> str:
+    found = load(folder, "sweep-cost")["result"]
+    rows = [
+        ["one spec × Flat", f"{found['one_spec_seconds']:.1f}", str(found["one_spec_rows"])],
+        [
+            f"{found['specs']} specs × {found['factories']} factories",
+            f"{found['sweep_seconds']:.1f}",
+            str(found["sweep_rows"]),
+        ],
+        ["**sweep / one spec**", f"**{found['ratio']:.2f}×** (bar: under 2×)", ""],
+    ]
+    return table(["run", "seconds", "rows"], rows)
+
+
+def ray(folder: Path) -> str:
+    rows = []
+    for name in ("ray-baseline", "ray-minilm", "ray-stream"):
+        found = load(folder, name)["result"]
+        diff = found["max_abs_vector_difference"]
+        rows.append(
+            [
+                f"{found['model']}, {n(found['docs'])}, {found['build']} (`{name}.json`)",
+                f"{found['docs_per_s']['local']:.1f} docs/s",
+                f"{found['docs_per_s']['ray']:.1f} docs/s",
+                f"**{found['ray_vs_local']:.2f}×**",
+                f"{found['cluster_start_s']:.1f} s",
+                "identical" if diff == 0 else f"max diff {diff:.1e}",
+                f"{found['queries_with_the_same_top10']} of {found['queries']} queries",
+            ]
+        )
+    header = ["model, documents, build", "local", "Ray", "Ray / local", "cluster start", "vectors"]
+    return table([*header, "same top 10"], rows)
+
+
+def stream(folder: Path) -> str:
+    found = load(folder, "stream-1m")["result"]
+    rows = []
+    for name, label in (("in_memory", "in memory"), ("streamed", "`--stream`")):
+        build, serve = found[name], found[name]["serve"]
+        rows.append(
+            [
+                label,
+                f"{build['seconds']:.0f} s",
+                f"{n(build['peak_rss_mib'])} MiB",
+                f"{n(build['peak_anonymous_mib'])} MiB",
+                f"{n(build['peak_file_backed_mib'])} MiB",
+                f"{n(serve['rss_mib'])} MiB ({n(serve['anonymous_mib'])})",
+            ]
+        )
+    ratios = found["ratios"]
+    rows.append(
+        [
+            "streamed / in memory",
+            "",
+            f"{ratios['build_peak_rss']:.3f}×",
+            f"**{ratios['build_peak_anonymous']:.3f}×**",
+            "",
+            f"{ratios['serve_rss']:.3f}× ({ratios['serve_anonymous']:.3f}×)",
+        ]
+    )
+    limited = found["streamed_under_limit"]
+    if "skipped" in limited:
+        rows.append(["`--stream` under a memory limit", f"skipped: {limited['skipped']}", "", "", "", ""])
+    else:
+        outcome = "completed" if limited["completed"] else "**failed**"
+        label = f"`--stream` in a memory cgroup of {n(limited['limit_mib'])} MiB"
+        rows.append([label, f"{limited['seconds']:.0f} s, {outcome}", "", "", "", ""])
+    header = ["", "build", "peak RSS", "of it: anonymous", "of it: mapped index files", "`cone serve` RSS (anonymous)"]
+    return table(header, rows)
+
+
+def demo(folder: Path) -> str:
+    found = load(folder, "demo-time")["result"]
+    report = f"{found['report_s']:.1f} s" if found["report_s"] is not None else "not reached"
+    row = [f"{found['first_answer_s']:.1f} s", report, str(found["demo_exit"])]
+    return table(
+        ["first BM25 answer", "every index built, report written", "`cone demo`'s exit after the Ctrl-C"], [row]
+    )
+
+
+TABLES: dict[str, Callable[[Path], str]] = {
+    "geometry": geometry,
+    "train-speed": train_speed,
+    "regularizer-cost": regularizer_cost,
+    "encoders": encoders,
+    "backends": backends,
+    "ann": ann,
+    "load": load_runs,
+    "reload-soak": reload_soak,
+    "sweep-cost": sweep_cost,
+    "ray": ray,
+    "stream": stream,
+    "demo": demo,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("table", choices=sorted(TABLES), help="which table")
+    parser.add_argument("--records", type=Path, default=RECORDS, help="the records' folder (default docs/benchmarks)")
+    args = parser.parse_args(argv)
+    try:
+        print(TABLES[args.table](args.records))
+    except FileNotFoundError as error:
+        parser.exit(2, f"bench_tables.py: no record {error.filename}: run the benchmark through benchmarks/record.py\n")
+
+
+if __name__ == "__main__":
+    main()

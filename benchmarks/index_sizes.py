@@ -1,0 +1,61 @@
+"""Bytes per document of every file of every index in a folder of indexes, read from disk.
+
+Usage: python benchmarks/index_sizes.py INDEX_DIR [--json]
+For each index (a folder with a manifest): its documents, dimension, factory and each file's bytes, total and per
+document, and the same by part (a file, or the files of a folder two levels down: a Lance table's data,
+_indices). docs/scaling.md scales these per-document figures to 100 M documents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from cone.indexing.manifest import MANIFEST, read_manifest
+
+
+def sizes(folder: Path) -> dict:
+    manifest = read_manifest(folder)
+    n_docs = manifest.n_docs
+    files = {
+        path.relative_to(folder).as_posix(): path.stat().st_size
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
+    parts: dict[str, int] = {}
+    for name, size in files.items():  # a Lance table's files grouped by their folder: data, _indices, _versions
+        part = "/".join(name.split("/")[:2])
+        parts[part] = parts.get(part, 0) + size
+    return {
+        "n_docs": n_docs,
+        "dim": manifest.dim,
+        "index_factory": manifest.index_factory,
+        "stream": (folder / "index.ivfdata").is_file(),
+        "bytes": files,
+        "bytes_per_doc": {name: size / n_docs for name, size in files.items()},
+        "parts": parts,
+        "parts_per_doc": {name: size / n_docs for name, size in parts.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("indexes", type=Path, help="a folder of indexes (cone index --out)")
+    parser.add_argument("--json", action="store_true", help="print the sizes as JSON")
+    args = parser.parse_args()
+    folders = sorted(p for p in args.indexes.iterdir() if (p / MANIFEST).is_file())
+    if not folders:
+        parser.exit(2, f"index_sizes.py: no index in {args.indexes}\n")
+    found = {folder.name: sizes(folder) for folder in folders}
+    if args.json:
+        print(json.dumps(found, indent=1))
+        return
+    for name, index in found.items():
+        print(f"{name}: {index['n_docs']:,} documents, d = {index['dim']}, {index['index_factory']}")
+        for part, per_doc in index["parts_per_doc"].items():
+            print(f"  {part:28s} {index['parts'][part]:>12,} B  {per_doc:10.1f} B per document")
+
+
+if __name__ == "__main__":
+    main()
