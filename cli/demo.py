@@ -166,6 +166,9 @@ def run_demo(args: argparse.Namespace) -> int:
     return serve_while_building(demo, order, builds)
 
 
+WORKER_GRACE_S = 5.0  # how long a Ctrl-C waits for the background work to stop before leaving without it
+
+
 def serve_while_building(demo: Demo, order: list[str], builds: BuildProgress) -> int:
     """The first model's indexes, then the service; the rest of the demo in a thread beside it."""
     args = demo.args
@@ -188,7 +191,9 @@ def serve_while_building(demo: Demo, order: list[str], builds: BuildProgress) ->
     finally:
         stop(worker, builds)
     if builds.stage not in (DONE, FAILED):
-        raise Interrupted(f"every index written is kept in {demo.indexes}; the next `cone demo` reuses them")
+        worker.join(WORKER_GRACE_S) if worker.is_alive() else None
+        kept = f"every index written is kept in {demo.indexes}; the next `cone demo` reuses them"
+        raise Interrupted(kept, still_running=worker.is_alive())  # the eval or the instruments, which write no index
     return 0
 
 

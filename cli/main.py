@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from cone import __version__
 from cone.cli import data, demo, doctor, eval, finetune, geometry, index, serve, train
@@ -33,7 +35,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return report(Interrupted())
     except ConeError as exc:
-        return report(exc)
+        code = report(exc)
+        if isinstance(exc, Interrupted) and exc.still_running:
+            leave_now(code)
+        return code
+
+
+def leave_now(code: int) -> NoReturn:
+    """Exit without the interpreter's shutdown. With another thread inside FAISS, torch or OpenVINO, the libraries'
+    exit handlers run under it and end in std::terminate (exit 134, "terminate called without an active
+    exception"), after the line that says what was kept."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def report(exc: ConeError) -> int:

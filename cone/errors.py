@@ -43,10 +43,15 @@ class ClusterError(ConeError):
 
 
 class Interrupted(ConeError):
-    """Ctrl-C, after whatever could be saved was saved; the message says what was kept."""
+    """Ctrl-C, after whatever could be saved was saved; the message says what was kept. ``still_running``: work that
+    writes nothing goes on in native code on another thread, so the process must leave without its shutdown."""
 
     exit_code = 130
     label = "interrupted"
+
+    def __init__(self, message: str = "", still_running: bool = False) -> None:
+        super().__init__(message)
+        self.still_running = still_running
 
 
 EXIT_CODES = {

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cone.cli import demo
+from cone.cli import main as cli_main
 from cone.cli.main import main
 from cone.encoders.registry import load_encoder
 from cone.errors import Interrupted
@@ -168,3 +169,34 @@ def test_ctrl_c_while_the_demo_serves_keeps_every_index_written_and_drops_the_on
     assert seen == {"at start": ["bm25"], "regularized": "encoding"}  # fastest first; served before the rest
     indexes = tmp_path / "out" / "tiny" / "indexes"
     assert sorted(p.name for p in indexes.iterdir()) == ["baseline", "bm25"]  # no regularized, no hidden folder
+
+
+def test_ctrl_c_during_the_eval_says_what_is_kept_and_leaves_without_the_shutdown(
+    shared_tiny_beir, tiny_checkpoints, tmp_path, counted_batches, monkeypatch, capsys
+):
+    """The eval runs in native code on the demo's thread; the interpreter's shutdown around it ended in
+    std::terminate (exit 134). The demo now says what is kept and leaves with 130 at once (os._exit)."""
+    evaluating, release, left = threading.Event(), threading.Event(), []
+    monkeypatch.setattr(demo.Demo, "show_instruments", lambda self: None)
+    monkeypatch.setattr(demo.Demo, "evaluate", lambda self: evaluating.set() or release.wait(60))
+    monkeypatch.setattr(demo, "WORKER_GRACE_S", 0.2)
+
+    def leave_now(code: int) -> None:  # os._exit would end this test's process too
+        left.append(code)
+        raise SystemExit(code)
+
+    def serve_until_ctrl_c(indexes, host, port, checkpoints, builds):
+        assert evaluating.wait(120), "the eval never began"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, "leave_now", leave_now)
+    monkeypatch.setattr(demo, "serve", serve_until_ctrl_c)
+    argv = ["demo", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir), "--checkpoints", str(tiny_checkpoints)]
+    argv += ["--models", "bm25", "--postprocess", "none", "--out", str(tmp_path / "out"), "--port", str(free_port())]
+    try:
+        with pytest.raises(SystemExit):
+            main([*argv, "--no-progress"])
+    finally:
+        release.set()
+    assert left == [130]
+    assert "every index written is kept" in capsys.readouterr().err
