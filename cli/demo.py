@@ -191,7 +191,8 @@ def serve_while_building(demo: Demo, order: list[str], builds: BuildProgress) ->
     finally:
         stop(worker, builds)
     if builds.stage not in (DONE, FAILED):
-        worker.join(WORKER_GRACE_S) if worker.is_alive() else None
+        if worker.is_alive():  # never started where the Ctrl-C came during the first index
+            worker.join(WORKER_GRACE_S)
         kept = f"every index written is kept in {demo.indexes}; the next `cone demo` reuses them"
         raise Interrupted(kept, still_running=worker.is_alive())  # the eval or the instruments, which write no index
     return 0
