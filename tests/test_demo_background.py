@@ -4,6 +4,7 @@ a reload, the report served once written, and an interrupted build that leaves n
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 
@@ -12,7 +13,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cone.cli import demo
-from cone.cli import main as cli_main
 from cone.cli.main import main
 from cone.encoders.registry import load_encoder
 from cone.errors import Interrupted
@@ -189,7 +189,7 @@ def test_ctrl_c_during_the_eval_says_what_is_kept_and_leaves_without_the_shutdow
         assert evaluating.wait(120), "the eval never began"
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_main, "leave_now", leave_now)
+    monkeypatch.setattr(importlib.import_module("cone.cli.main"), "leave_now", leave_now)  # the module, not main()
     monkeypatch.setattr(demo, "serve", serve_until_ctrl_c)
     argv = ["demo", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir), "--checkpoints", str(tiny_checkpoints)]
     argv += ["--models", "bm25", "--postprocess", "none", "--out", str(tmp_path / "out"), "--port", str(free_port())]
