@@ -178,7 +178,13 @@ def test_ctrl_c_during_the_eval_says_what_is_kept_and_leaves_without_the_shutdow
     std::terminate (exit 134). The demo now says what is kept and leaves with 130 at once (os._exit)."""
     evaluating, release, left = threading.Event(), threading.Event(), []
     monkeypatch.setattr(demo.Demo, "show_instruments", lambda self: None)
-    monkeypatch.setattr(demo.Demo, "evaluate", lambda self: evaluating.set() or release.wait(60))
+
+    def evaluate(self):  # held in the eval until the test ends, then stopped as a Ctrl-C stops it
+        evaluating.set()
+        release.wait(60)
+        raise Interrupted
+
+    monkeypatch.setattr(demo.Demo, "evaluate", evaluate)
     monkeypatch.setattr(demo, "WORKER_GRACE_S", 0.2)
 
     def leave_now(code: int) -> None:  # os._exit would end this test's process too
