@@ -32,7 +32,7 @@ TAIL_LINES = 40
 
 def git(*args: str) -> str:
     found = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    return found.stdout.strip()
+    return found.stdout.rstrip("\n")  # not strip(): a status line begins with a space
 
 
 def machine() -> dict:

@@ -33,6 +33,13 @@ def test_a_record_keeps_the_json_a_benchmark_prints_and_the_machine_it_ran_on():
     assert found["cores"] >= 1 and isinstance(found["flags"], list) and found["commit"]
 
 
+def test_a_record_names_the_tracked_files_that_differ_from_its_commit(monkeypatch):
+    recorder = script("record")
+    monkeypatch.setitem(recorder["record"].__globals__, "git", lambda *args: " M tests/a.py\nM  docs/b.md")
+    found = recorder["record"]([sys.executable, "-c", "pass"])
+    assert found["tree_changed"] and found["changed_files"] == ["tests/a.py", "docs/b.md"]
+
+
 def test_a_record_keeps_the_last_lines_of_a_text_output_and_a_failing_exit():
     command = [sys.executable, "-c", "import sys\nfor i in range(50): print(i)\nsys.exit(3)"]
     found = script("record")["record"](command)
