@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from cone.output import thousands
+
 RECORDS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 
 
@@ -23,11 +25,6 @@ def load(folder: Path, name: str) -> dict:
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
-
-
-def n(value: float, decimals: int = 0) -> str:
-    """A figure with thousands separators and a Unicode minus, as the docs print them."""
-    return f"{value:,.{decimals}f}".replace("-", "−")
 
 
 def load_range(record: dict) -> str:
@@ -56,8 +53,8 @@ def geometry(folder: Path) -> str:
                 f"**{new['median_s']:.2f} s**" + (f" ({runs})" if len(new["runs"]) > 1 else ""),
                 f"{old['median_s'] / new['median_s']:.1f}×" if old else "—",
                 f"{largest_change(old, new):.0e}" if old else "—",
-                f"{n(old['peak_rss_mb'])} MB" if old else "—",
-                f"{n(new['peak_rss_mb'])} MB",
+                f"{thousands(old['peak_rss_mb'])} MiB" if old else "—",
+                f"{thousands(new['peak_rss_mb'])} MiB",
                 load_range(record),
                 f"`{name}.json`",
             ]
@@ -68,7 +65,7 @@ def geometry(folder: Path) -> str:
 
 def train_speed(folder: Path) -> str:
     found = load(folder, "train-speed")["result"]
-    rows = [[row["variant"], n(row["tokens_per_s"]), f"{row['ratio']:.2f}×"] for row in found["rows"]]
+    rows = [[row["variant"], thousands(row["tokens_per_s"]), f"{row['ratio']:.2f}×"] for row in found["rows"]]
     return table(["variant", "tokens/s", "vs plain fp32 loop"], rows)
 
 
@@ -110,7 +107,7 @@ def ann(folder: Path) -> str:
         [
             row["factory"],
             f"{row['build_s']:.1f} s",
-            n(row["qps"]),
+            thousands(row["qps"]),
             f"{row['qps'] / flat:.1f}×",
             f"{row['recall_at_10']:.3f}",
         ]
@@ -134,7 +131,7 @@ def load_runs(folder: Path) -> str:
                     batching,
                     f"{found['in_process_ms']:.2f} ms",
                     f"{single['p50_ms']:.2f} / {single['p99_ms']:.2f} ms ({run['overhead_p50_ratio']:.2f})",
-                    f"{n(loaded['requests'])}, **{loaded['errors']}**",
+                    f"{thousands(loaded['requests'])}, **{loaded['errors']}**",
                     f"{loaded['p50_ms']:.1f} / {loaded['p99_ms']:.1f} ms",
                     f"{loaded['rps']:.1f} req/s",
                     f"**{run['load_rps_vs_in_process']:.2f}×**",
@@ -150,9 +147,9 @@ def reload_soak(folder: Path) -> str:
     rows = [
         [
             str(found["reloads"]),
-            " / ".join(f"{n(at[k]['rss_mb'], 1)} MB" for k in ("0", "10", "200") if k in at),
+            " / ".join(f"{thousands(at[k]['rss_mb'], 1)} MiB" for k in ("0", "10", "200") if k in at),
             " / ".join(str(at[k]["fds"]) for k in ("0", "10", "200") if k in at),
-            f"{n(found['requests'])}, **{found['errors']}**",
+            f"{thousands(found['requests'])}, **{found['errors']}**",
         ]
     ]
     return table(["reloads", "RSS at reload 0 / 10 / 200", "descriptors at 0 / 10 / 200", "requests, errors"], rows)
@@ -179,7 +176,7 @@ def ray(folder: Path) -> str:
         diff = found["max_abs_vector_difference"]
         rows.append(
             [
-                f"{found['model']}, {n(found['docs'])}, {found['build']} (`{name}.json`)",
+                f"{found['model']}, {thousands(found['docs'])}, {found['build']} (`{name}.json`)",
                 f"{found['docs_per_s']['local']:.1f} docs/s",
                 f"{found['docs_per_s']['ray']:.1f} docs/s",
                 f"**{found['ray_vs_local']:.2f}×**",
@@ -201,10 +198,10 @@ def stream(folder: Path) -> str:
             [
                 label,
                 f"{build['seconds']:.0f} s",
-                f"{n(build['peak_rss_mib'])} MiB",
-                f"{n(build['peak_anonymous_mib'])} MiB",
-                f"{n(build['peak_file_backed_mib'])} MiB",
-                f"{n(serve['rss_mib'])} MiB ({n(serve['anonymous_mib'])})",
+                f"{thousands(build['peak_rss_mib'])} MiB",
+                f"{thousands(build['peak_anonymous_mib'])} MiB",
+                f"{thousands(build['peak_file_backed_mib'])} MiB",
+                f"{thousands(serve['rss_mib'])} MiB ({thousands(serve['anonymous_mib'])})",
             ]
         )
     ratios = found["ratios"]
@@ -223,7 +220,7 @@ def stream(folder: Path) -> str:
         rows.append(["`--stream` under a memory limit", f"skipped: {limited['skipped']}", "", "", "", ""])
     else:
         outcome = "completed" if limited["completed"] else "**failed**"
-        label = f"`--stream` in a memory cgroup of {n(limited['limit_mib'])} MiB"
+        label = f"`--stream` in a memory cgroup of {thousands(limited['limit_mib'])} MiB"
         rows.append([label, f"{limited['seconds']:.0f} s, {outcome}", "", "", "", ""])
     header = ["", "build", "peak RSS", "of it: anonymous", "of it: mapped index files", "`cone serve` RSS (anonymous)"]
     return table(header, rows)
@@ -231,8 +228,10 @@ def stream(folder: Path) -> str:
 
 def demo(folder: Path) -> str:
     found = load(folder, "demo-time")["result"]
-    report = f"{found['report_s']:.1f} s" if found["report_s"] is not None else "not reached"
-    row = [f"{found['first_answer_s']:.1f} s", report, str(found["demo_exit"])]
+    first, report = (
+        f"{found[key]:.1f} s" if found[key] is not None else "not reached" for key in ("first_answer_s", "report_s")
+    )
+    row = [first, report, str(found["demo_exit"])]
     return table(
         ["first BM25 answer", "every index built, report written", "`cone demo`'s exit after the Ctrl-C"], [row]
     )
@@ -241,7 +240,9 @@ def demo(folder: Path) -> str:
 def tests(folder: Path) -> str:
     """The suite's run: pytest's own summary line (its counts and seconds) and the record's wall time."""
     record = load(folder, "tests")
-    summary = next(line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line)
+    summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
+    if summary is None:
+        raise KeyError("pytest's summary line")
     counts, _, seconds = summary.strip("= ").rpartition(" in ")
     row = [f"`{record['command']}` at {record['commit']}", counts, seconds.split(" ")[0], f"{record['wall_s']:.0f} s"]
     return table(["command", "result", "pytest's own time", "wall, with the install"], [row])
@@ -273,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
         print(TABLES[args.table](args.records))
     except FileNotFoundError as error:
         parser.exit(2, f"bench_tables.py: no record {error.filename}: run the benchmark through benchmarks/record.py\n")
+    except (KeyError, IndexError, TypeError) as error:  # a record of another version of its benchmark, or cut short
+        parser.exit(2, f"bench_tables.py: {args.table}: a record lacks what the table shows ({error!r})\n")
 
 
 if __name__ == "__main__":

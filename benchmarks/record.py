@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cone.cpu import cpu_flags, cpu_name
+from cone.output import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 # The flags that decide which kernels run: vector width, native bf16 and int8 dot products, AMX tiles.
@@ -30,9 +32,17 @@ SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16
 TAIL_LINES = 40
 
 
-def git(*args: str) -> str:
-    found = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    return found.stdout.rstrip("\n")  # not strip(): a status line begins with a space
+def changed_files() -> list[str]:
+    """The tracked files that differ from the commit checked out."""
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return paths_of_status(status.stdout)
+
+
+def paths_of_status(porcelain: str) -> list[str]:
+    """The paths of ``git status --porcelain`` lines: "XY path", or "R  old -> new" for a rename."""
+    return [line[3:].split(" -> ")[-1] for line in porcelain.splitlines()]
 
 
 def machine() -> dict:
@@ -53,11 +63,11 @@ def parse_output(stdout: str):
 
 
 def record(command: list[str], note: str | None = None) -> dict:
-    """Runs ``command`` and returns its record (the command's own failure is recorded, not raised)."""
-    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    """Runs ``command`` and returns its record: a failing exit is recorded, not raised (OSError: no such program)."""
+    changed = changed_files()
     found = {
-        "command": " ".join(command),
-        "commit": git("rev-parse", "--short", "HEAD"),
+        "command": shlex.join(command),
+        "commit": git_commit()[:7],
         "tree_changed": bool(changed),
         "changed_files": changed,  # tracked files that differ from the commit: docs being written are harmless
         **machine(),
@@ -66,7 +76,7 @@ def record(command: list[str], note: str | None = None) -> dict:
     if note:
         found["note"] = note
     start = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)  # OSError: no such program
     found["wall_s"] = round(time.perf_counter() - start, 2)
     found["load_1min_after"] = os.getloadavg()[0]
     # ru_maxrss is in KiB on Linux: the largest resident set of any one child that ended.
@@ -85,7 +95,10 @@ def main() -> None:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command: give it after --")
-    found = record(command, args.note)
+    try:
+        found = record(command, args.note)
+    except OSError as error:
+        parser.error(f"cannot run {command[0]}: {error.strerror}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(found, indent=1) + "\n")
     print(f"{args.out}: exit {found['returncode']}, {found['wall_s']} s", file=sys.stderr)

@@ -13,6 +13,9 @@ import argparse
 import json
 from pathlib import Path
 
+from cone.indexing.streaming import StreamOptions
+from cone.output import thousands as fig  # a figure as the docs print it
+
 RECORDS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 DOCS = 100_000_000
 D = 384  # MiniLM's width: the model the estimate encodes with
@@ -21,32 +24,42 @@ NPROBE = 32
 SAMPLE = 2_000_000
 SHARD = 1_000_000
 KMEANS_ITERATIONS = 25  # FAISS's default
-BIG_KMEANS = ("IVF4096,Flat", 4096, 1_000_000, 256)  # the 1 M benchmark's k-means: lists, points, d
+MEASURED_IVF = ("IVF4096,Flat", 4096, 256)  # the 1 M benchmark's IVF build whose time gives the rate: lists, d
+DEFAULT_SHARD = StreamOptions().shard_size
 LIST_HEADER_BYTES = 24  # per list per shard, while FAISS merges the shards' lists (merge_ondisk)
 FACTORIES = ("Flat", "IVF65536,Flat", "HNSW32", "IVF65536,SQ8", "IVF65536,PQ64", "IVF65536,PQ32")
 
 
-def record(folder: Path, name: str) -> dict:
-    return json.loads((folder / f"{name}.json").read_text())["result"]
+def record_of(folder: Path, name: str) -> dict:
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+def result_of(folder: Path, name: str) -> dict:
+    return record_of(folder, name)["result"]
 
 
 def inputs(folder: Path) -> dict:
     """The measured figures the estimate rests on, each from its record."""
-    minilm = record(folder, "ray-minilm")
-    backends = {row["variant"]: row for row in record(folder, "backends")["rows"]}
-    ann = {row["factory"]: row for row in record(folder, "ann-1m")["ann"]["rows"]}
-    sizes = record(folder, "index-sizes")
-    streamed = next(index for index in sizes.values() if index["stream"])
-    stream = record(folder, "stream-1m")
+    minilm = result_of(folder, "ray-minilm")
+    backends = {row["variant"]: row for row in result_of(folder, "backends")["rows"]}
+    ann_record = record_of(folder, "ann-1m")
+    ann = {row["factory"]: row for row in ann_record["result"]["ann"]["rows"]}
+    sizes = result_of(folder, "index-sizes")
+    streamed = next((index for index in sizes.values() if index["stream"]), None)
+    if streamed is None:
+        raise KeyError("a streamed index in index-sizes")
+    stream = result_of(folder, "stream-1m")
     return {
         "minilm_docs_per_s_local": minilm["docs_per_s"]["local"],
         "minilm_cores": minilm["cores"],
         "minilm_docs_per_s_per_core": minilm["docs_per_s"]["local"] / minilm["cores"],
         "ray_minilm": minilm["ray_vs_local"],
-        "ray_baseline": record(folder, "ray-baseline")["ray_vs_local"],
-        "ray_baseline_streamed": record(folder, "ray-stream")["ray_vs_local"],
+        "ray_baseline": result_of(folder, "ray-baseline")["ray_vs_local"],
+        "ray_baseline_streamed": result_of(folder, "ray-stream")["ray_vs_local"],
         "int8_speedup": backends["cone openvino-int8"]["docs_per_s"] / backends["cone torch"]["docs_per_s"],
-        "kmeans_build_s": ann[f"{BIG_KMEANS[0]} (nprobe=8)"]["build_s"],
+        "ivf_build_s": ann[f"{MEASURED_IVF[0]} (nprobe=8)"]["build_s"],
+        "ivf_build_points": ann_record["result"]["ann"]["n"],
+        "ivf_build_cores": ann_record["cores"],
         "list_bytes_per_vector": streamed["bytes_per_doc"]["index.ivfdata"],
         "list_dim": streamed["dim"],
         "doc_table_bytes": streamed["bytes_per_doc"]["docs.jsonl"] + streamed["bytes_per_doc"]["docs.offsets"],
@@ -57,35 +70,37 @@ def inputs(folder: Path) -> dict:
 
 def estimate(folder: Path) -> dict:
     """Every figure the page prints, by name."""
-    m = inputs(folder)
-    torch_core_h = DOCS / m["minilm_docs_per_s_per_core"] / 3600
-    int8_core_h = torch_core_h / m["int8_speedup"]
-    streamed_ratio = m["ray_minilm"] * m["ray_baseline_streamed"] / m["ray_baseline"]
-    _, lists, points, dim = BIG_KMEANS
-    flops = 2 * points * lists * dim * KMEANS_ITERATIONS / m["kmeans_build_s"]
+    measured = inputs(folder)
+    torch_core_h = DOCS / measured["minilm_docs_per_s_per_core"] / 3600
+    int8_core_h = torch_core_h / measured["int8_speedup"]
+    streamed_ratio = measured["ray_minilm"] * measured["ray_baseline_streamed"] / measured["ray_baseline"]
+    _, lists, dim = MEASURED_IVF
+    # The build is k-means (its iterations over every point: FAISS trains on all of them up to 256 a list) and one
+    # more pass assigning every point: a lower bound on the machine's rate, so the hours below are an upper bound.
+    flops = 2 * measured["ivf_build_points"] * lists * dim * (KMEANS_ITERATIONS + 1) / measured["ivf_build_s"]
     train_s = 2 * SAMPLE * LISTS * D * KMEANS_ITERATIONS / flops
     assign_s = 2 * DOCS * LISTS * D / flops
     per_list = DOCS / LISTS
     probed = NPROBE * per_list
-    bytes_per_doc = factory_bytes(m["doc_table_bytes"])
+    bytes_per_doc = factory_bytes(measured["doc_table_bytes"])
     return {
         "lance": lance_sizes(folder),
-        "inputs": m,
+        "inputs": measured,
         "torch_core_h": torch_core_h,
-        "torch_ray_core_h": torch_core_h / m["ray_minilm"],
+        "torch_ray_core_h": torch_core_h / measured["ray_minilm"],
         "int8_core_h": int8_core_h,
-        "int8_ray_core_h": int8_core_h / m["ray_minilm"],
-        "int8_ray_hours_16x32": int8_core_h / m["ray_minilm"] / (16 * 32),
-        "int8_ray_hours_8x16": int8_core_h / m["ray_minilm"] / (8 * 16),
-        "torch_ray_hours_16x32": torch_core_h / m["ray_minilm"] / (16 * 32),
-        "int8_one_machine_days": int8_core_h / m["minilm_cores"] / 24,
-        "torch_one_machine_days": torch_core_h / m["minilm_cores"] / 24,
+        "int8_ray_core_h": int8_core_h / measured["ray_minilm"],
+        "int8_ray_hours_16x32": int8_core_h / measured["ray_minilm"] / (16 * 32),
+        "int8_ray_hours_8x16": int8_core_h / measured["ray_minilm"] / (8 * 16),
+        "torch_ray_hours_16x32": torch_core_h / measured["ray_minilm"] / (16 * 32),
+        "int8_one_machine_days": int8_core_h / measured["minilm_cores"] / 24,
+        "torch_one_machine_days": torch_core_h / measured["minilm_cores"] / 24,
         "streamed_ray_minilm": streamed_ratio,
         "int8_streamed_ray_core_h": int8_core_h / streamed_ratio,
         "int8_streamed_ray_hours_16x32": int8_core_h / streamed_ratio / (16 * 32),
         "kmeans_flops": flops,
-        "train_core_h": train_s * 2 / 3600,
-        "assign_core_h": assign_s * 2 / 3600,
+        "train_core_h": train_s * measured["ivf_build_cores"] / 3600,
+        "assign_core_h": assign_s * measured["ivf_build_cores"] / 3600,
         "bytes_per_doc": bytes_per_doc,
         "gb_at_100m": {name: DOCS * size / 1e9 for name, size in bytes_per_doc.items()},
         "probed_vectors": probed,
@@ -93,20 +108,22 @@ def estimate(folder: Path) -> dict:
         "sample_gb": 3 * SAMPLE * D * 4 / 1e9,
         "shard_gb": SHARD * D * 4 / 1e9,
         "list_headers_gb": DOCS / SHARD * LISTS * LIST_HEADER_BYTES / 1e9,
-        "list_headers_gb_default_shards": DOCS / 50_000 * LISTS * LIST_HEADER_BYTES / 1e9,
+        "list_headers_gb_default_shards": DOCS / DEFAULT_SHARD * LISTS * LIST_HEADER_BYTES / 1e9,
     }
 
 
 def lance_sizes(folder: Path) -> dict[str, dict]:
     """Per document: the Lance table (its float vectors, row and id) and the Lance index beside it, with FAISS's
-    Flat file of the same vectors for comparison; measured at N = 5,183, so fixed parts (codebooks, centroids)
-    count in the index's bytes."""
+    Flat file of the same vectors for comparison, at d = D; measured on the record's corpus (its n_docs), so the
+    fixed parts (codebooks, centroids) count in the index's bytes."""
     found = {}
-    for name, index in record(folder, "index-sizes").items():
+    for name, index in result_of(folder, "index-sizes").items():
         parts, factory = index["parts_per_doc"], index["index_factory"]
+        if index["dim"] != D:
+            continue
         if factory.startswith("lance:"):
             vectors, index_b = parts["vectors.lance/data"], parts.get("vectors.lance/_indices", 0.0)
-        elif factory == "Flat" and index["dim"] == D:
+        elif factory == "Flat":
             vectors, index_b = parts["index.faiss"], 0.0
         else:
             continue
@@ -127,128 +144,139 @@ def factory_bytes(doc_table: float) -> dict[str, float]:
     }
 
 
-def n(value: float, decimals: int = 0) -> str:
-    return f"{value:,.{decimals}f}"
-
-
-def block_inputs(e: dict) -> str:
-    m = e["inputs"]
+def block_inputs(cost: dict) -> str:
+    measured = cost["inputs"]
     rows = [
         (
             "MiniLM (d = 384), torch fp32, one process",
-            f"{n(m['minilm_docs_per_s_local'], 1)} docs/s on "
-            f"{m['minilm_cores']} cores = **{n(m['minilm_docs_per_s_per_core'], 1)} docs/s per core**",
+            f"{fig(measured['minilm_docs_per_s_local'], 1)} docs/s on "
+            f"{measured['minilm_cores']} cores = **{fig(measured['minilm_docs_per_s_per_core'], 1)} docs/s per core**",
             "ray-minilm",
         ),
-        ("the same through Ray (1 actor per core)", f"**{m['ray_minilm']:.2f}×**", "ray-minilm"),
+        ("the same through Ray (1 actor per core)", f"**{measured['ray_minilm']:.2f}×**", "ray-minilm"),
         (
             "baseline LM through Ray, in memory / streamed",
-            f"{m['ray_baseline']:.2f}× / {m['ray_baseline_streamed']:.2f}×",
+            f"{measured['ray_baseline']:.2f}× / {measured['ray_baseline_streamed']:.2f}×",
             "ray-baseline, ray-stream",
         ),
-        ("OpenVINO int8 ÷ torch fp32 (MiniLM)", f"**{m['int8_speedup']:.2f}×**", "backends"),
+        ("OpenVINO int8 ÷ torch fp32 (MiniLM)", f"**{measured['int8_speedup']:.2f}×**", "backends"),
         (
-            "IVF4096,Flat build on 1,000,000 × 256 (k-means on every point, then the adds)",
-            f"{n(m['kmeans_build_s'], 1)} s on 2 cores",
+            f"{MEASURED_IVF[0]} build on {fig(measured['ivf_build_points'])} × {MEASURED_IVF[2]}"
+            " (k-means, then the adds)",
+            f"{fig(measured['ivf_build_s'], 1)} s on {measured['ivf_build_cores']} cores",
             "ann-1m",
         ),
         (
-            f"inverted-list bytes per vector, IVF…,Flat (d = {m['list_dim']})",
-            n(m["list_bytes_per_vector"], 1),
+            f"inverted-list bytes per vector, IVF…,Flat (d = {measured['list_dim']})",
+            fig(measured["list_bytes_per_vector"], 1),
             "index-sizes",
         ),
-        ("document table bytes per document (id, title, snippet; offset)", n(m["doc_table_bytes"], 1), "index-sizes"),
+        (
+            "document table bytes per document (id, title, snippet; offset)",
+            fig(measured["doc_table_bytes"], 1),
+            "index-sizes",
+        ),
         (
             "streamed ÷ in-memory build, anonymous peak (1 M documents)",
-            f"{m['stream_build_anonymous_ratio']:.3f}×",
+            f"{measured['stream_build_anonymous_ratio']:.3f}×",
             "stream-1m",
         ),
-        ("`cone serve` over the streamed million, resident", f"{n(m['stream_serve_rss_mib'])} MiB", "stream-1m"),
+        (
+            "`cone serve` over the streamed million, resident",
+            f"{fig(measured['stream_serve_rss_mib'])} MiB",
+            "stream-1m",
+        ),
     ]
     lines = ["| input | value | record |", "|---|---|---|"]
     lines += [f"| {what} | {value} | `{name}.json` |" for what, value, name in rows]
     return "\n".join(lines)
 
 
-def block_encoding(e: dict) -> str:
-    m = e["inputs"]
-    torch_h, int8_h, ray = n(e["torch_core_h"]), n(e["int8_core_h"]), f"{m['ray_minilm']:.2f}"
+def block_encoding(cost: dict) -> str:
+    measured = cost["inputs"]
+    torch_h, int8_h, ray = fig(cost["torch_core_h"]), fig(cost["int8_core_h"]), f"{measured['ray_minilm']:.2f}"
     return "\n".join(
         [
-            f"torch fp32:     {DOCS:.0e} docs / {m['minilm_docs_per_s_per_core']:.1f} docs/s/core = {torch_h} core-h",
-            f" through Ray:   {torch_h} / {ray} = {n(e['torch_ray_core_h'])} core-h",
-            f"OpenVINO int8:  {torch_h} / {m['int8_speedup']:.2f} = {int8_h} core-h",
-            f" through Ray:   {int8_h} / {ray} = {n(e['int8_ray_core_h'])} core-h",
-            f"  on 16 x 32 cores: {e['int8_ray_hours_16x32']:.1f} h; on 8 x 16: {e['int8_ray_hours_8x16']:.1f} h"
-            f" (torch fp32 through Ray on 16 x 32: {e['torch_ray_hours_16x32']:.1f} h)",
-            f"one {m['minilm_cores']}-core machine, no Ray: int8 {e['int8_one_machine_days']:.0f} days, "
-            f"fp32 {e['torch_one_machine_days']:.0f} days",
-            f"streamed Ray, MiniLM (not measured): {ray} x {m['ray_baseline_streamed']:.2f} / "
-            f"{m['ray_baseline']:.2f} = {e['streamed_ray_minilm']:.2f}x",
-            f" int8 through streamed Ray: {int8_h} / {e['streamed_ray_minilm']:.2f} = "
-            f"{n(e['int8_streamed_ray_core_h'])} core-h = {e['int8_streamed_ray_hours_16x32']:.1f} h on 16 x 32",
+            f"torch fp32:     {DOCS:.0e} docs / {measured['minilm_docs_per_s_per_core']:.1f} docs/s/core"
+            f" = {torch_h} core-h",
+            f" through Ray:   {torch_h} / {ray} = {fig(cost['torch_ray_core_h'])} core-h",
+            f"OpenVINO int8:  {torch_h} / {measured['int8_speedup']:.2f} = {int8_h} core-h",
+            f" through Ray:   {int8_h} / {ray} = {fig(cost['int8_ray_core_h'])} core-h",
+            f"  on 16 x 32 cores: {cost['int8_ray_hours_16x32']:.1f} h; on 8 x 16: {cost['int8_ray_hours_8x16']:.1f} h"
+            f" (torch fp32 through Ray on 16 x 32: {cost['torch_ray_hours_16x32']:.1f} h)",
+            f"one {measured['minilm_cores']}-core machine, no Ray: int8 {cost['int8_one_machine_days']:.0f} days, "
+            f"fp32 {cost['torch_one_machine_days']:.0f} days",
+            f"streamed Ray, MiniLM (not measured): {ray} x {measured['ray_baseline_streamed']:.2f} / "
+            f"{measured['ray_baseline']:.2f} = {cost['streamed_ray_minilm']:.2f}x",
+            f" int8 through streamed Ray: {int8_h} / {cost['streamed_ray_minilm']:.2f} = "
+            f"{fig(cost['int8_streamed_ray_core_h'])} core-h"
+            f" = {cost['int8_streamed_ray_hours_16x32']:.1f} h on 16 x 32",
         ]
     )
 
 
-def block_faiss(e: dict) -> str:
-    m = e["inputs"]
-    _, lists, points, dim = BIG_KMEANS
+def block_faiss(cost: dict) -> str:
+    measured = cost["inputs"]
+    _, lists, dim = MEASURED_IVF
     return "\n".join(
         [
-            f"rate:    2 x {n(points)} x {n(lists)} x {dim} x {KMEANS_ITERATIONS} / {m['kmeans_build_s']:.1f} s"
-            f"   = {e['kmeans_flops']:.2e} flop/s on 2 cores",
-            f"train {n(LISTS)} lists on {n(SAMPLE)} x {D}:   2 x {SAMPLE:.1e} x {n(LISTS)} x {D} x {KMEANS_ITERATIONS}"
-            f" / rate = {e['train_core_h']:.1f} core-h",
-            f"assign {DOCS:.0e} vectors to {n(LISTS)} lists:  2 x {DOCS:.1e} x {n(LISTS)} x {D} / rate"
-            f" = {e['assign_core_h']:.1f} core-h",
+            f"rate:    2 x {fig(measured['ivf_build_points'])} x {fig(lists)} x {dim} x ({KMEANS_ITERATIONS} + 1)"
+            f" / {measured['ivf_build_s']:.1f} s = {cost['kmeans_flops']:.2e} flop/s"
+            f" on {measured['ivf_build_cores']} cores",
+            f"train {fig(LISTS)} lists on {fig(SAMPLE)} x {D}:   2 x {SAMPLE:.1e} x {fig(LISTS)} x {D}"
+            f" x {KMEANS_ITERATIONS} / rate = {cost['train_core_h']:.1f} core-h",
+            f"assign {DOCS:.0e} vectors to {fig(LISTS)} lists:  2 x {DOCS:.1e} x {fig(LISTS)} x {D} / rate"
+            f" = {cost['assign_core_h']:.1f} core-h",
         ]
     )
 
 
-def block_sizes(e: dict) -> str:
+def block_sizes(cost: dict) -> str:
     lines = ["| factory | bytes per document | 100 M documents |", "|---|---|---|"]
-    for name, size in e["bytes_per_doc"].items():
-        lines.append(f"| {name} | {n(size)} | {n(e['gb_at_100m'][name], 1)} GB |")
+    for name, size in cost["bytes_per_doc"].items():
+        lines.append(f"| {name} | {fig(size)} | {fig(cost['gb_at_100m'][name], 1)} GB |")
     return "\n".join(lines)
 
 
-def block_serving(e: dict) -> str:
-    flat, sq8 = e["mb_per_query"]["IVF65536,Flat"], e["mb_per_query"]["IVF65536,SQ8"]
+def block_serving(cost: dict) -> str:
+    flat, sq8 = cost["mb_per_query"]["IVF65536,Flat"], cost["mb_per_query"]["IVF65536,SQ8"]
     return "\n".join(
         [
-            f"one query, nprobe = {NPROBE}: {NPROBE} lists x ({DOCS:.0e} / {n(LISTS)} = {n(DOCS / LISTS)} vectors)"
-            f" = {n(e['probed_vectors'])} vectors",
-            f" IVF65536,Flat: {n(e['probed_vectors'])} x {n(e['bytes_per_doc']['IVF65536,Flat'])} B = {flat:.0f} MB"
+            f"one query, nprobe = {NPROBE}: {NPROBE} lists x ({DOCS:.0e} / {fig(LISTS)} = {fig(DOCS / LISTS)} vectors)"
+            f" = {fig(cost['probed_vectors'])} vectors",
+            f" IVF65536,Flat: {fig(cost['probed_vectors'])} x {fig(cost['bytes_per_doc']['IVF65536,Flat'])} B"
+            f" = {flat:.0f} MB"
             f" per query -> at 2 GB/s from disk: {2000 / flat:.0f} queries/s",
-            f" IVF65536,SQ8:  {n(e['probed_vectors'])} x {n(e['bytes_per_doc']['IVF65536,SQ8'])} B = {sq8:.0f} MB"
+            f" IVF65536,SQ8:  {fig(cost['probed_vectors'])} x {fig(cost['bytes_per_doc']['IVF65536,SQ8'])} B"
+            f" = {sq8:.0f} MB"
             f" per query -> {2000 / sq8:.0f} queries/s",
         ]
     )
 
 
-def block_build_memory(e: dict) -> str:
+def block_build_memory(cost: dict) -> str:
     return "\n".join(
         [
-            f"sample:        3 x {n(SAMPLE)} x {D} x 4 B                 = {e['sample_gb']:.1f} GB",
-            f"one shard:     --shard-size {n(SHARD)}: x {D} x 4 B        = {e['shard_gb']:.1f} GB",
-            f"list headers:  {DOCS // SHARD} shards x {n(LISTS)} lists x {LIST_HEADER_BYTES} B"
-            f"            = {e['list_headers_gb']:.2f} GB",
-            f"               (the default --shard-size 50,000: {DOCS // 50_000:,} shards"
-            f" = {e['list_headers_gb_default_shards']:.1f} GB)",
-            f"in all, at --shard-size {n(SHARD)}: {e['sample_gb'] + e['shard_gb'] + e['list_headers_gb']:.1f} GB",
+            f"sample:        3 x {fig(SAMPLE)} x {D} x 4 B                 = {cost['sample_gb']:.1f} GB",
+            f"one shard:     {fig(SHARD)} x {D} x 4 B                 = {cost['shard_gb']:.1f} GB",
+            f"list headers:  {DOCS // SHARD} shards x {fig(LISTS)} lists x {LIST_HEADER_BYTES} B"
+            f"            = {cost['list_headers_gb']:.2f} GB",
+            f"               (the default --shard-size {fig(DEFAULT_SHARD)}: {DOCS // DEFAULT_SHARD:,} shards"
+            f" = {cost['list_headers_gb_default_shards']:.1f} GB)",
+            f"in all, at --shard-size {fig(SHARD)}:"
+            f" {cost['sample_gb'] + cost['shard_gb'] + cost['list_headers_gb']:.1f} GB",
         ]
     )
 
 
-def block_lance(e: dict) -> str:
+def block_lance(cost: dict) -> str:
     lines = ["| index (MiniLM, d = 384) | table or vectors, B per document | index, B per document | at 100 M |"]
     lines.append("|---|---|---|---|")
-    for name, index in e["lance"].items():
+    for name, index in cost["lance"].items():
         table_b, index_b = index["vectors_per_doc"], index["index_per_doc"]
         total = f"{DOCS * table_b / 1e9:,.0f} GB" + (f" + {DOCS * index_b / 1e9:,.1f} GB" if index_b else "")
         lines.append(
-            f"| {name} (`{index['factory']}`) | {n(table_b, 1)} | {n(index_b, 1) if index_b else '—'} | {total} |"
+            f"| {name} (`{index['factory']}`) | {fig(table_b, 1)} | {fig(index_b, 1) if index_b else '—'} | {total} |"
         )
     return "\n".join(lines)
 
@@ -276,6 +304,8 @@ def main(argv: list[str] | None = None) -> None:
         found = estimate(args.records)
     except FileNotFoundError as error:
         parser.exit(2, f"scaling_estimate.py: no record {error.filename}: run its benchmark through record.py\n")
+    except (KeyError, IndexError, TypeError) as error:  # a record of another version of its benchmark, or cut short
+        parser.exit(2, f"scaling_estimate.py: a record lacks what the estimate reads ({error!r})\n")
     print(json.dumps(found, indent=1) if args.json else BLOCKS[args.block](found))
 
 

@@ -7,6 +7,7 @@ import argparse
 import sys
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,7 +193,8 @@ def serve_while_building(demo: Demo, order: list[str], builds: BuildProgress) ->
         stop(worker, builds)
     if builds.stage not in (DONE, FAILED):
         if worker.is_alive():  # never started where the Ctrl-C came during the first index
-            worker.join(WORKER_GRACE_S)
+            with suppress(KeyboardInterrupt):  # a second Ctrl-C: leave at once, as after the wait
+                worker.join(WORKER_GRACE_S)
         kept = f"every index written is kept in {demo.indexes}; the next `cone demo` reuses them"
         raise Interrupted(kept, still_running=worker.is_alive())  # the eval or the instruments, which write no index
     return 0

@@ -44,7 +44,8 @@ class ClusterError(ConeError):
 
 class Interrupted(ConeError):
     """Ctrl-C, after whatever could be saved was saved; the message says what was kept. ``still_running``: work that
-    writes nothing goes on in native code on another thread, so the process must leave without its shutdown."""
+    writes no index (the demo's eval) goes on in native code on another thread, so the process leaves without its
+    shutdown; a report it was writing may be left half-written, and the next run writes it again."""
 
     exit_code = 130
     label = "interrupted"

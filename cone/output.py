@@ -26,6 +26,11 @@ def format_value(value: object) -> str:
     return str(value)
 
 
+def thousands(value: float, decimals: int = 0) -> str:
+    """A figure as the docs print it: thousands separated by commas, a Unicode minus."""
+    return f"{value:,.{decimals}f}".replace("-", "−")
+
+
 def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
     """A plain aligned table; the first column is left-aligned, the rest right-aligned."""
     cells = [[format_value(row.get(c, "")) for c in columns] for row in rows]

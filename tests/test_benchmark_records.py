@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "benchmarks"
 FIELDS = {"command", "commit", "tree_changed", "cpu", "cores", "flags", "load_1min_before", "load_1min_after"}
 FIELDS |= {"started", "wall_s", "peak_rss_mib", "returncode", "result"}
-GENERATED = re.compile(r"^<!-- generated: python benchmarks/bench_tables\.py ([\w-]+);")
 
 
 def script(name: str) -> dict:
@@ -33,11 +32,9 @@ def test_a_record_keeps_the_json_a_benchmark_prints_and_the_machine_it_ran_on():
     assert found["cores"] >= 1 and isinstance(found["flags"], list) and found["commit"]
 
 
-def test_a_record_names_the_tracked_files_that_differ_from_its_commit(monkeypatch):
-    recorder = script("record")
-    monkeypatch.setitem(recorder["record"].__globals__, "git", lambda *args: " M tests/a.py\nM  docs/b.md")
-    found = recorder["record"]([sys.executable, "-c", "pass"])
-    assert found["tree_changed"] and found["changed_files"] == ["tests/a.py", "docs/b.md"]
+def test_a_record_names_the_tracked_files_that_differ_from_its_commit():
+    status = " M tests/a.py\nM  docs/b.md\nR  old.md -> docs/new.md"
+    assert script("record")["paths_of_status"](status) == ["tests/a.py", "docs/b.md", "docs/new.md"]
 
 
 def test_a_record_keeps_the_last_lines_of_a_text_output_and_a_failing_exit():
@@ -54,6 +51,8 @@ def test_the_recorder_writes_the_record_and_exits_with_the_benchmarks_status(tmp
     assert done.returncode == 4 and json.loads(out.read_text())["returncode"] == 4
     nothing = subprocess.run(command[:4], capture_output=True, text=True, check=False)
     assert nothing.returncode == 2 and "no command" in nothing.stderr and "Traceback" not in nothing.stderr
+    absent = subprocess.run([*command[:4], "no-such-program"], capture_output=True, text=True, check=False)
+    assert absent.returncode == 2 and "cannot run no-such-program" in absent.stderr and "Traceback" not in absent.stderr
 
 
 def test_index_bench_prints_its_faiss_rows_as_json():
@@ -76,6 +75,7 @@ def test_a_committed_record_names_its_run_and_machine(record):
     assert found["returncode"] == 0, "a failed run is not a measurement"
     changed = found.get("changed_files", ["?"]) if found["tree_changed"] else []
     assert all(name.endswith(".md") or name.startswith("tests/") for name in changed), "the commit is the code that ran"
+    assert all((ROOT / name).exists() for name in changed), "the names are whole"
     program = next((word for word in found["command"].split() if word.startswith(("benchmarks/", ".ci/"))), "")
     assert program and (ROOT / program).is_file()
 
@@ -125,9 +125,56 @@ def test_a_missing_record_is_one_line_not_a_traceback(program, tmp_path, capsys)
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_the_estimate_is_its_inputs_arithmetic():
-    found = script("scaling_estimate")["estimate"](RECORDS)
-    m = found["inputs"]
-    assert found["torch_core_h"] == pytest.approx(1e8 / m["minilm_docs_per_s_per_core"] / 3600)
-    assert found["int8_ray_core_h"] == pytest.approx(found["torch_core_h"] / m["int8_speedup"] / m["ray_minilm"])
-    assert found["bytes_per_doc"]["IVF65536,SQ8"] == 384 + 8  # one byte per dimension and the id
+ROUND_RECORDS = {  # inputs chosen so that the estimate's figures can be worked out by hand
+    "ray-minilm": {"result": {"docs_per_s": {"local": 40.0}, "cores": 2, "ray_vs_local": 0.8}},
+    "ray-baseline": {"result": {"ray_vs_local": 0.9}},
+    "ray-stream": {"result": {"ray_vs_local": 0.6}},
+    "backends": {
+        "result": {
+            "rows": [
+                {"variant": "cone torch", "docs_per_s": 10.0},
+                {"variant": "cone openvino-int8", "docs_per_s": 40.0},
+            ]
+        }
+    },
+    # 2 x 1,000 points x 4,096 lists x 256 x (25 + 1) flop in 54.525952 s: 1e9 flop/s on 4 cores
+    "ann-1m": {
+        "cores": 4,
+        "result": {"ann": {"n": 1000, "rows": [{"factory": "IVF4096,Flat (nprobe=8)", "build_s": 54.525952}]}},
+    },
+    "index-sizes": {
+        "result": {
+            "streamed": {
+                "stream": True,
+                "dim": 256,
+                "n_docs": 10,
+                "index_factory": "IVF64,Flat",
+                "bytes_per_doc": {"index.ivfdata": 1032.0, "docs.jsonl": 440.0, "docs.offsets": 8.0},
+                "parts_per_doc": {},
+            }
+        }
+    },
+    "stream-1m": {"result": {"ratios": {"build_peak_anonymous": 0.1}, "streamed": {"serve": {"rss_mib": 700.0}}}},
+}
+
+
+def test_the_estimate_works_out_by_hand_on_round_inputs(tmp_path):
+    for name, found in ROUND_RECORDS.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(found))
+    cost = script("scaling_estimate")["estimate"](tmp_path)
+    assert cost["torch_core_h"] == pytest.approx(1388.89, rel=1e-5)  # 1e8 docs at 20 docs/s per core
+    assert cost["int8_ray_core_h"] == pytest.approx(434.03, rel=1e-5)  # ÷ 4 (int8), ÷ 0.8 (Ray)
+    assert cost["streamed_ray_minilm"] == pytest.approx(0.5333, rel=1e-4)  # 0.8 x 0.6 / 0.9
+    assert cost["kmeans_flops"] == pytest.approx(1e9)
+    assert cost["train_core_h"] == pytest.approx(2796.2, rel=1e-5)  # 2 x 2e6 x 65,536 x 384 x 25 / 1e9 s x 4 cores
+    assert cost["assign_core_h"] == pytest.approx(5592.4, rel=1e-5)  # 2 x 1e8 x 65,536 x 384 / 1e9 s x 4 cores
+    assert cost["bytes_per_doc"]["document table"] == 448.0
+    assert cost["gb_at_100m"]["IVF65536,SQ8"] == pytest.approx(39.2)  # 1e8 x (384 + 8) B
+
+
+def test_the_measured_inverted_lists_have_the_faiss_layout_the_estimate_assumes():
+    """4 bytes a dimension and an 8-byte id per vector: what factory_bytes() scales to 100 M."""
+    index = next(
+        index for index in json.loads((RECORDS / "index-sizes.json").read_text())["result"].values() if index["stream"]
+    )
+    assert index["bytes_per_doc"]["index.ivfdata"] == pytest.approx(4 * index["dim"] + 8, abs=0.5)
