@@ -34,9 +34,10 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from cone.indexing.store import index_name
 from cone.models.checkpoint import checkpoints_dir
 
-MODEL, LAYER, INDEX = "baseline", "emb", "baseline-layeremb"
+MODEL, LAYER = "baseline", "emb"
 
 
 def vocabulary() -> list[str]:
@@ -129,8 +130,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def served(indexes: Path) -> dict:
+def served(indexes: Path, factory: str) -> dict:
     """`cone serve` over ``indexes``: its resident memory after loading and after one search."""
+    name = index_name(MODEL, "none", LAYER, factory)
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "cone", "serve", "--indexes", str(indexes), "--port", str(port)],
@@ -142,12 +144,14 @@ def served(indexes: Path) -> dict:
         for _ in range(600):
             try:
                 models = json.load(urllib.request.urlopen(f"{base}/models", timeout=5))["models"]
-                if any(m["name"] == INDEX and m["available"] for m in models):
+                if any(m["name"] == name and m["available"] for m in models):
                     break
             except OSError:
                 pass
             time.sleep(1)
-        query = urllib.parse.urlencode({"model": INDEX, "q": "protein folding energy", "k": 5})
+        else:
+            raise SystemExit(f"cone serve did not offer {name} within 600 s")
+        query = urllib.parse.urlencode({"model": name, "q": "protein folding energy", "k": 5})
         hits = json.load(urllib.request.urlopen(f"{base}/search?{query}", timeout=60))["hits"]
         memory = resident(server.pid)
         return {
@@ -178,7 +182,7 @@ def main() -> None:
         result = {"docs": args.docs, "factory": args.factory, "encoder": f"{MODEL} layer {LAYER}"}
         for name, stream in (("in_memory", False), ("streamed", True)):
             result[name] = peak_build(folder, work / name, args.factory, stream, work / "cache")
-            result[name]["serve"] = served(work / name)
+            result[name]["serve"] = served(work / name, args.factory)
             shutil.rmtree(work / "cache", ignore_errors=True)
         streamed, in_memory = result["streamed"], result["in_memory"]
         limit = args.limit_fraction * in_memory["peak_rss_mib"]
