@@ -77,7 +77,9 @@ def peak_build(folder: Path, out: Path, factory: str, stream: bool, cache: Path,
     argv += ["--stream"] if stream else []
     start = time.perf_counter()
     join = None if cgroup is None else lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-    child = subprocess.Popen(argv, env={**os.environ, "CONE_CACHE_DIR": str(cache)}, preexec_fn=join)
+    env = {**os.environ, "CONE_CACHE_DIR": str(cache)}
+    # The build's own summary goes to stderr with its progress: stdout is this benchmark's JSON alone.
+    child = subprocess.Popen(argv, env=env, preexec_fn=join, stdout=sys.stderr)
     peaks = {"RssAnon": 0, "RssFile": 0}
     while True:  # sampled: what of the resident set is the process's own, what is mapped files
         done, status, usage = os.wait4(child.pid, os.WNOHANG)
