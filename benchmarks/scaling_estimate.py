@@ -188,7 +188,10 @@ def block_inputs(cost: dict) -> str:
         ),
     ]
     lines = ["| input | value | record |", "|---|---|---|"]
-    lines += [f"| {what} | {value} | `{name}.json` |" for what, value, name in rows]
+    lines += [
+        f"| {what} | {value} | {', '.join(f'`{one}.json`' for one in names.split(', '))} |"
+        for what, value, names in rows
+    ]
     return "\n".join(lines)
 
 
