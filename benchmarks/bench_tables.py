@@ -237,6 +237,17 @@ def demo(folder: Path) -> str:
     )
 
 
+def tests(folder: Path) -> str:
+    """The suite's run: pytest's own summary line (its counts and seconds) and the record's wall time."""
+    record = load(folder, "tests")
+    summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
+    if summary is None:
+        raise KeyError("pytest's summary line")
+    counts, _, seconds = summary.strip("= ").rpartition(" in ")
+    row = [f"`{record['command']}` at {record['commit']}", counts, seconds.split(" ")[0], f"{record['wall_s']:.0f} s"]
+    return table(["command", "result", "pytest's own time", "wall, with the install"], [row])
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "geometry": geometry,
     "train-speed": train_speed,
@@ -250,6 +261,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "ray": ray,
     "stream": stream,
     "demo": demo,
+    "tests": tests,
 }
 
 
