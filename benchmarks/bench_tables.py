@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from cone.output import markdown_table as table
 from cone.output import thousands
 
 RECORDS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
@@ -20,11 +21,6 @@ RECORDS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 
 def load(folder: Path, name: str) -> dict:
     return json.loads((folder / f"{name}.json").read_text())
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
 
 
 def load_range(record: dict) -> str:

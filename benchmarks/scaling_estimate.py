@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from cone.indexing.streaming import StreamOptions
+from cone.output import markdown_table
 from cone.output import thousands as fig  # a figure as the docs print it
 
 RECORDS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
@@ -187,12 +188,8 @@ def block_inputs(cost: dict) -> str:
             "stream-1m",
         ),
     ]
-    lines = ["| input | value | record |", "|---|---|---|"]
-    lines += [
-        f"| {what} | {value} | {', '.join(f'`{one}.json`' for one in names.split(', '))} |"
-        for what, value, names in rows
-    ]
-    return "\n".join(lines)
+    cells = [[what, value, ", ".join(f"`{one}.json`" for one in names.split(", "))] for what, value, names in rows]
+    return markdown_table(["input", "value", "record"], cells)
 
 
 def block_encoding(cost: dict) -> str:
@@ -235,10 +232,8 @@ def block_faiss(cost: dict) -> str:
 
 
 def block_sizes(cost: dict) -> str:
-    lines = ["| factory | bytes per document | 100 M documents |", "|---|---|---|"]
-    for name, size in cost["bytes_per_doc"].items():
-        lines.append(f"| {name} | {fig(size)} | {fig(cost['gb_at_100m'][name], 1)} GB |")
-    return "\n".join(lines)
+    rows = [[name, fig(size), f"{fig(cost['gb_at_100m'][name], 1)} GB"] for name, size in cost["bytes_per_doc"].items()]
+    return markdown_table(["factory", "bytes per document", "100 M documents"], rows)
 
 
 def block_serving(cost: dict) -> str:
@@ -273,15 +268,13 @@ def block_build_memory(cost: dict) -> str:
 
 
 def block_lance(cost: dict) -> str:
-    lines = ["| index (MiniLM, d = 384) | table or vectors, B per document | index, B per document | at 100 M |"]
-    lines.append("|---|---|---|---|")
+    rows = []
     for name, index in cost["lance"].items():
         table_b, index_b = index["vectors_per_doc"], index["index_per_doc"]
         total = f"{DOCS * table_b / 1e9:,.0f} GB" + (f" + {DOCS * index_b / 1e9:,.1f} GB" if index_b else "")
-        lines.append(
-            f"| {name} (`{index['factory']}`) | {fig(table_b, 1)} | {fig(index_b, 1) if index_b else '—'} | {total} |"
-        )
-    return "\n".join(lines)
+        rows.append([f"{name} (`{index['factory']}`)", fig(table_b, 1), fig(index_b, 1) if index_b else "—", total])
+    header = ["index (MiniLM, d = 384)", "table or vectors, B per document", "index, B per document", "at 100 M"]
+    return markdown_table(header, rows)
 
 
 BLOCKS = {

@@ -31,6 +31,12 @@ def thousands(value: float, decimals: int = 0) -> str:
     return f"{value:,.{decimals}f}".replace("-", "−")
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table of ready-made cells, as the docs' generated blocks print them."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
+
+
 def table(rows: Sequence[Mapping[str, object]], columns: Sequence[str]) -> str:
     """A plain aligned table; the first column is left-aligned, the rest right-aligned."""
     cells = [[format_value(row.get(c, "")) for c in columns] for row in rows]
