@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import re
 import socket
 from collections.abc import Callable, Iterator
@@ -109,6 +110,10 @@ def connected(options: RayOptions) -> Iterator[None]:
         return
     if options.address:
         _check_reachable(options.address)
+    else:
+        # A local cluster's workers would start 15 niceness steps below the command (Ray's default): beside any other
+        # load they starve (issue 43). They run at the command's own priority; a setting of the user's wins.
+        os.environ.setdefault("RAY_worker_niceness", "0")
     try:
         ray.init(address=options.address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, RuntimeError, ValueError) as exc:

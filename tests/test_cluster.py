@@ -80,6 +80,16 @@ def test_a_local_cluster_smaller_than_the_pool_is_one_line_at_once(
     assert not ray.is_initialized() and not (tmp_path / "baseline").exists()
 
 
+def test_a_local_clusters_workers_run_at_the_commands_priority(monkeypatch):
+    """Ray starts workers 15 niceness steps below the driver unless told (issue 43: beside other load they starved);
+    the command's own local cluster runs them at the command's niceness. Before the module's cluster, too."""
+    assert not ray.is_initialized()
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)  # conftest's setting for the test's own cluster
+    with cluster.connected(cluster.RayOptions(actors=1)):
+        worker_nice = ray.get(ray.remote(lambda: os.nice(0)).remote())
+    assert worker_nice == os.nice(0)
+
+
 @pytest.mark.slow
 def test_ray_build_equals_the_local_build(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
     monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
