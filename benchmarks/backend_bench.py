@@ -23,6 +23,7 @@ from cone.data.loaders import data_dir, doc_text, load_beir
 from cone.encoders.base import BACKENDS, SUPPORTED, TORCH, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import ConeError, ModelUnavailable
+from cone.output import stdout_to_stderr
 
 REFERENCE = "sentence-transformers torch encode"
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
@@ -62,15 +63,8 @@ def load_variants(model: str, root: Path) -> tuple[dict, dict[str, str]]:
     return loaded, skipped
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="minilm", help="minilm, roberta or st:PATH")
-    parser.add_argument("--docs", type=int, default=500)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+def measure(args: argparse.Namespace) -> dict:
+    """Every runtime's speed and closeness to fp32 torch, as the JSON record."""
     root = data_dir(args.data_dir)
     ds = load_beir(root, "scifact")
     texts = [doc_text(ds.corpus[d]) for d in sorted(ds.corpus)[: args.docs]]
@@ -97,7 +91,7 @@ def main() -> None:
             row["matmul_precisions"] = matmul_precisions(encoder) if encoder.runtime.backend == "openvino" else {}
         rows.append(row)
     flags = cpu_flags()
-    result = {
+    return {
         "model": args.model,
         "docs": len(texts),
         "rounds": args.rounds,
@@ -105,17 +99,31 @@ def main() -> None:
         "rows": rows,
         "unavailable": skipped,
     }
-    if args.json:
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="minilm", help="minilm, roberta or st:PATH")
+    parser.add_argument("--docs", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.json:  # the libraries' progress (exports, calibration) to stderr: stdout is the JSON alone
+        with stdout_to_stderr():
+            result = measure(args)
         print(json.dumps(result, indent=2))
         return
-    print(f"{args.model}: {len(texts)} SciFact documents, median of {args.rounds} interleaved rounds")
+    result = measure(args)
+    print(f"{args.model}: {result['docs']} SciFact documents, median of {args.rounds} interleaved rounds")
     print(f"CPU: {', '.join(result['cpu_flags'])}")
-    for row in rows:
+    for row in result["rows"]:
         extra = ""
         if "min_cos_vs_fp32" in row:
             extra = f"  min cos vs fp32 {row['min_cos_vs_fp32']:.5f}  matmuls {row['matmul_precisions'] or '-'}"
         print(f"  {row['variant']:36s} {row['docs_per_s']:7.1f} docs/s  {row['ratio']:5.2f}x{extra}")
-    for tag, reason in skipped.items():
+    for tag, reason in result["unavailable"].items():
         print(f"  {'cone ' + tag:36s} unavailable: {reason}")
 
 

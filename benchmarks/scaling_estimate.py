@@ -160,7 +160,7 @@ def block_inputs(cost: dict) -> str:
             f"{measured['ray_baseline']:.2f}× / {measured['ray_baseline_streamed']:.2f}×",
             "ray-baseline, ray-stream",
         ),
-        ("OpenVINO int8 ÷ torch fp32 (MiniLM)", f"**{measured['int8_speedup']:.2f}×**", "backends"),
+        ("OpenVINO int8 ÷ cone's own torch fp32 encoder (MiniLM)", f"**{measured['int8_speedup']:.2f}×**", "backends"),
         (
             f"{MEASURED_IVF[0]} build on {fig(measured['ivf_build_points'])} × {MEASURED_IVF[2]}"
             " (k-means, then the adds)",

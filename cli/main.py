@@ -15,8 +15,16 @@ from cone.errors import EXIT_CODES, ConeError, Interrupted
 EPILOG = "exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose refusal is one line, as every other refusal of cone's (no usage block before it: ``--help``
+    prints that in full). Every subcommand's parser is one too (argparse makes them of their parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="cone",
         description="Measure the geometry of embedding spaces and what it does to semantic search.",
         epilog=EPILOG,

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 
 
 def format_value(value: object) -> str:
@@ -66,22 +66,39 @@ def dump_json(payload: object) -> str:
 
 
 @contextmanager
-def native_stdout_silenced() -> Iterator[None]:
-    """Libraries print nothing, and native code (FAISS's on-disk lists report with C printf) is no exception:
-    file descriptor 1 goes to /dev/null while native code runs, its C buffer
-    flushed on either side so nothing written before or during leaks out after."""
+def _stdout_fd_to(target: int) -> Iterator[None]:
+    """File descriptor 1 pointed at ``target`` for the block, the C buffer flushed on either side so nothing
+    written before or during lands on the other side."""
     libc = ctypes.CDLL(None)
     sys.stdout.flush()
     libc.fflush(None)
     saved = os.dup(1)
-    with open(os.devnull, "wb") as null:
-        os.dup2(null.fileno(), 1)
+    os.dup2(target, 1)
     try:
         yield
     finally:
+        sys.stdout.flush()
         libc.fflush(None)
         os.dup2(saved, 1)
         os.close(saved)
+
+
+@contextmanager
+def native_stdout_silenced() -> Iterator[None]:
+    """Libraries print nothing, and native code (FAISS's on-disk lists report with C printf) is no exception:
+    file descriptor 1 goes to /dev/null while native code runs."""
+    with open(os.devnull, "wb") as null, _stdout_fd_to(null.fileno()):
+        yield
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Everything written to stdout in the block (Python's ``print``, rich and tqdm bars, native code's printf)
+    lands on stderr: a person still sees a long export's progress, and stdout keeps only what a command prints as
+    its result (``--json`` output stays parseable)."""
+    sys.stderr.flush()
+    with _stdout_fd_to(2), redirect_stdout(sys.stderr):
+        yield
 
 
 def git_commit() -> str:

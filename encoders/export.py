@@ -24,6 +24,7 @@ from cone.data.loaders import lm_text_files
 from cone.encoders.base import Runtime, files_fingerprint
 from cone.errors import InputError, ModelUnavailable
 from cone.models.corpus import read_documents
+from cone.output import stdout_to_stderr
 
 EXPORT_DIR_ENV = "CONE_EXPORT_DIR"
 CALIBRATION_SENTENCES = 300  # NNCF's default subset size for static int8 calibration
@@ -165,7 +166,8 @@ def run_by(
     folder = export_dir() / f"{weights}-{runtime.backend}{variant}"
     if not (folder / graph_file(runtime)).is_file():
         try:
-            _export(model, folder, runtime, calibration_root)
+            with stdout_to_stderr():  # NNCF's and OpenVINO's progress bars print on stdout: a --json's output
+                _export(model, folder, runtime, calibration_root)
         except InputError:
             raise
         except Exception as exc:  # OpenVINO, NNCF, datasets: a failed export is one line, and the model unavailable

@@ -16,6 +16,7 @@ import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import faiss
@@ -114,7 +115,33 @@ def parse_factory(factory: str) -> IndexType:
         bits = re.fullmatch(r"SQ(\d+)", part)
         if bits and bits.group(1) not in SCALAR_BITS:
             raise _refuse(factory, f"{part!r}: scalar quantizers have {', '.join(SCALAR_BITS)} bits (or SQfp16)")
+    unparsed = _faiss_cannot_parse(factory)
+    if unparsed is not None:
+        raise _refuse(factory, unparsed)
     return IndexType(factory)
+
+
+@cache
+def _faiss_cannot_parse(factory: str) -> str | None:
+    """FAISS's own reason when its factory parser does not know ``factory`` (``NOPE``, ``IVF16,NOPE``), else None,
+    without the vectors' dimension: only "could not parse" is decided here, whatever depends on the dimension
+    (PQ33 on d = 384) is FAISS's to say once the model's is known. The parser runs on a copy whose list counts are 1
+    (``IVF65536`` and ``IMI2x16`` allocate their lists when made)."""
+    probe = re.sub(r"IMI\d+x\d+", "IMI2x1", re.sub(r"IVF\d+", "IVF1", factory))
+    try:
+        faiss.index_factory(8, probe, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        reason = faiss_reason(exc)
+        return reason.replace(probe, factory) if "could not parse" in reason else None
+    return None
+
+
+def faiss_reason(exc: RuntimeError) -> str:
+    """FAISS's message without the C++ function and source location in front of it ("Error in ... at
+    /project/faiss/index_factory.cpp:1228: could not parse index string NOPE" -> "could not parse index string
+    NOPE"): the user's words are the reason, FAISS's source file is not."""
+    last = str(exc).strip().splitlines()[-1]
+    return re.sub(r"^Error in .*? at \S+:\d+: (?:Error: '.*?' failed: )?", "", last)[:200]
 
 
 STORES = ("faiss", "lancedb")
@@ -180,7 +207,7 @@ def set_search_params(index: faiss.Index, params: str) -> None:
     try:
         faiss.ParameterSpace().set_index_parameters(index, ",".join(f"{k}={v}" for k, v in settings.items()))
     except RuntimeError as exc:
-        raise InputError(f"invalid --search-params {params!r}: {str(exc).splitlines()[-1][:160]}") from None
+        raise InputError(f"invalid --search-params {params!r}: {faiss_reason(exc)}") from None
 
 
 def _skip_polysemous_training(index: faiss.Index, search_params: str) -> None:
@@ -206,7 +233,7 @@ def make_faiss(dim: int, factory: str, search_params: str = "") -> faiss.Index:
     try:
         index = faiss.index_factory(dim, kind.factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
-        raise _refuse(factory, str(exc).splitlines()[-1][:160]) from None
+        raise _refuse(factory, f"{faiss_reason(exc)} (d = {dim})") from None
     _skip_polysemous_training(index, search_params)
     return index
 
@@ -225,7 +252,7 @@ def train_faiss(index: faiss.Index, sample: np.ndarray, factory: str) -> None:
     try:
         index.train(sample)
     except RuntimeError as exc:  # e.g. fewer training vectors than a PQ's 256 centroids
-        reason = str(exc).splitlines()[-1].split("Error: ")[-1][:200]
+        reason = faiss_reason(exc)
         raise InputError(f"--index-factory {factory!r} on {len(sample):,} vectors: {reason}") from None
 
 
@@ -386,7 +413,7 @@ def build_codes(vectors: np.ndarray, factory: str, search_params: str = "", ids:
     try:
         index.add(vectors)
     except RuntimeError as exc:
-        raise InputError(f"--index-factory {factory!r}: {str(exc).splitlines()[-1][:200]}") from None
+        raise InputError(f"--index-factory {factory!r}: {faiss_reason(exc)}") from None
     set_search_params(index, search_params)
     return FloatCodes(index)
 

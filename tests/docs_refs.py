@@ -22,7 +22,14 @@ taken by that comment first.
 Exemptions: ``NUMBER<!-- unchecked: why -->`` exempts one figure; that comment alone on a line, the block under it
 (up to a blank line). ``<!-- generated: COMMAND; tests/test_x.py holds it equal -->`` alone on a line: the block under
 it is a script's printed output, which the named test (a file that must exist) compares with the script's output.
-``<!-- settings: 0.5 0.99 -->`` declares those literals parameters, not results, up to the next ``##`` heading.
+``<!-- settings: 0.5 0.99 beside at, C =; 0.40 beside LanceDB (its version) -->`` declares those literals
+parameters, not results, up to the next ``##`` heading: each group (``;`` between groups, labels in parentheses)
+names the words that go with its values, and a figure is that setting only where one of them stands right before it
+or right after it (nothing but spaces, brackets, ``=``, ``≥``, ``<``, ``%`` ... between: "at 0.99", "C = 0.5",
+"95% interval"), or where it continues a list of that setting's values that such a word opens ("at 0.5, 0.9 and
+0.99", "0.5 … 0.999"); the same number anywhere else is a figure like any other. A generated block is the table or
+the fenced code right under its marker, no further; an exempted block ends at a blank line; a heading's figures are
+checked as prose.
 
 A figure matches when it is the value rounded to the printed precision (at most half a unit of its last printed
 digit apart). Integers are checked where referenced but not required to be.
@@ -44,6 +51,49 @@ NUMBER = re.compile(
 )
 GAP = re.compile(r"[\s*×%)]*")  # what may stand between a figure and its reference
 HEADING = re.compile(r"^(#+)\s")
+LEAD = "([{=≥≤<>~∈*≈ \t"  # what may stand between a setting's cue (or list glue) and its value
+GLUE = re.compile(r"(?:,|;|\band|\bor|…|\.\.\.|–|→|\bto|/)$", re.IGNORECASE)  # between the values of one list
+LISTED = re.compile(r"[+\-−]?(\d[\d,]*(?:\.\d+)?(?:e[+\-−]?\d+)?)[%×]?$")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One group of a ``settings`` declaration: the values, and the words that introduce them in the prose."""
+
+    values: frozenset[str]
+    cues: tuple[str, ...]
+
+    def introduces(self, before: str, after: str = "", depth: int = 0) -> bool:
+        """Whether the text around a value makes it this setting: one of the cues right ``before`` or right
+        ``after`` it, or a list of this setting's values that such a cue opens."""
+        text, rest = before.rstrip(LEAD), after.lstrip(LEAD + "%×)]}").lower()
+        for cue in self.cues:
+            if text.lower().endswith(cue.lower()) and not text[: len(text) - len(cue)][-1:].isalnum():
+                return True
+            if rest.startswith(cue.lower()) and not rest[len(cue) : len(cue) + 1].isalnum():
+                return True
+        glue = GLUE.search(text)
+        listed = glue and LISTED.search(text[: glue.start()].rstrip(LEAD + ")]}"))
+        if not listed or listed.group(1) not in self.values or depth > 20:
+            return False
+        return self.introduces(text[: glue.start()].rstrip(LEAD + ")]}")[: listed.start()], "", depth + 1)
+
+
+def parse_settings(body: str) -> tuple[list[Setting], list[str]]:
+    """The groups of ``settings: ...`` and, for any group without ``beside CUE, ...``, what is wrong with it."""
+    groups, problems = [], []
+    for group in filter(str.strip, re.sub(r"\([^)]*\)", " ", body).split(";")):
+        values, beside, cues = group.partition(" beside ")
+        found = tuple(c.strip().strip(LEAD) for c in cues.split(",") if c.strip().strip(LEAD))
+        if not beside or not found:
+            problems.append(f"settings {values.strip()!r} name the words that go with them (VALUES beside WORD, ...)")
+        groups.append(Setting(frozenset(values.split()), found))
+    return groups, problems
+
+
+def setting_use(settings: list[Setting], printed: str, before: str, after: str) -> bool:
+    value = printed.lstrip("+-−")
+    return any(value in group.values and group.introduces(before, after) for group in settings)
 
 
 @dataclass
@@ -183,10 +233,14 @@ def figures(text: str, line: int) -> list[tuple[int, int, Figure]]:
     return found
 
 
-def check_inline(page: Page, text: str, line: int, settings: set[str], exempt: bool, checked: bool) -> set[int]:
+def check_inline(
+    page: Page, text: str, line: int, settings: list[Setting], exempt: bool, checked: bool, context: str = ""
+) -> set[int]:
     """The figures of one stretch of prose (or one table cell) against the comments placed after them; returns
-    the indexes (in ``figures(text)``) of those a comment claimed."""
+    the indexes (in ``figures(text)``) of those a comment claimed. ``context``: the paragraph's text up to this line,
+    comments removed (what introduces a setting may stand on the line before)."""
     found = figures(text, line)
+    bare = COMMENT.sub(lambda m: " " * len(m.group()), text)
     claimed: set[int] = set()
     for comment in COMMENT.finditer(text):
         body = comment.group(1).strip()
@@ -202,18 +256,23 @@ def check_inline(page: Page, text: str, line: int, settings: set[str], exempt: b
             compare(page, line, figure.text, body.removeprefix("from").strip())
         elif not body.removeprefix("unchecked:").strip():
             page.fail(line, f"{figure.text}: an exemption says why")
-    for i, (_, _, figure) in enumerate(found):
+    for i, (start, end, figure) in enumerate(found):
         if (
             checked
             and not exempt
             and figure.required
             and i not in claimed
-            and figure.text.lstrip("+-−") not in settings
+            and not setting_use(settings, figure.text, prose(context + " " + bare[:start]), prose(bare[end:]))
         ):
             page.fail(
                 line, f"{figure.text} is referenced by nothing (<!-- from FILE: PATH --> or <!-- unchecked: why -->)"
             )
     return claimed
+
+
+def prose(text: str) -> str:
+    """Text as a setting's cue is looked for in it: no comments, no emphasis, spaces collapsed."""
+    return re.sub(r"\s+", " ", COMMENT.sub("", text).replace("*", ""))
 
 
 def cells(row: str) -> list[str]:
@@ -260,10 +319,9 @@ def check_table(page: Page, lines: list[str], start: int, spec: str | None, sett
             for figure, path in zip(numbers, paths, strict=True):
                 if path != "setting":
                     compare(page, n + 1, figure.text, f"{page.last_file}: {path}")
-                elif figure.text not in settings:
-                    page.fail(
-                        n + 1, f"{figure.text} is not among the section's settings ({' '.join(sorted(settings))})"
-                    )
+                elif not any(figure.text in group.values for group in settings):
+                    values = sorted(v for group in settings for v in group.values)
+                    page.fail(n + 1, f"{figure.text} is not among the section's settings ({' '.join(values)})")
     return end
 
 
@@ -272,16 +330,19 @@ def check_page(path: Path, root: Path) -> list[str]:
     page = Page(path, root)
     lines = path.read_text().splitlines()
     checked_level: int | None = None
-    settings: set[str] = set()
-    fenced = exempt = False
+    settings: list[Setting] = []
+    fenced = exempt = generated = False
     table_spec: str | None = None
+    paragraph = ""  # the current paragraph's text so far, for the cues of settings
     n = 0
     while n < len(lines):
         line = lines[n]
-        if line.startswith("```"):
+        if line.lstrip().startswith("```"):  # a fence, indented too (in a list item)
             fenced = not fenced
+            paragraph = ""
+            generated = generated and fenced  # a generated fenced block ends at its closing fence
         heading = HEADING.match(line)
-        if fenced or line.startswith("```"):
+        if fenced or line.lstrip().startswith("```"):
             n += 1
             continue
         if heading:
@@ -289,28 +350,36 @@ def check_page(path: Path, root: Path) -> list[str]:
             if checked_level is not None and level <= checked_level:
                 checked_level = None
             if level <= 2:
-                settings = set()
+                settings = []
             if n + 1 < len(lines) and lines[n + 1].strip() == CHECKED and checked_level is None:
                 checked_level = level  # a checked section inside a checked one keeps the outer's reach
+            exempt = generated = False
+            paragraph = ""
         alone = re.fullmatch(r"\s*<!--(.*?)-->\s*", line)
         if alone and alone.group(1).strip().startswith("settings:"):
-            settings |= set(alone.group(1).strip().removeprefix("settings:").split())
+            groups, problems = parse_settings(alone.group(1).strip().removeprefix("settings:"))
+            settings = [*settings, *groups]
+            for problem in problems:
+                page.fail(n + 1, problem)
         elif alone and alone.group(1).strip().startswith("unchecked:"):
             exempt = True
         elif alone and alone.group(1).strip().startswith("generated:"):
-            exempt = True
+            generated = True  # the table or fenced code right under it, no further
             tests = re.findall(r"tests/[\w/]+\.py", alone.group(1))
             if not tests or not all((root / t).is_file() and path.name in (root / t).read_text() for t in tests):
                 page.fail(n + 1, "a generated block names the test that holds it equal (tests/....py, naming the page)")
         elif alone and alone.group(1).strip().startswith("table"):
             table_spec = alone.group(1).strip()
         elif line.startswith("|"):
-            n = check_table(page, lines, n, table_spec, settings, exempt, checked_level is not None)
-            table_spec = None
+            n = check_table(page, lines, n, table_spec, settings, exempt or generated, checked_level is not None)
+            table_spec, generated, paragraph = None, False, ""
             continue
         elif not line.strip():
-            exempt = False
-        elif not heading:
-            check_inline(page, visible(line), n + 1, settings, exempt, checked_level is not None)
+            exempt = generated = False
+            paragraph = ""
+        else:
+            generated = False  # a generated marker holds only the block right under it
+            check_inline(page, visible(line), n + 1, settings, exempt, checked_level is not None, paragraph)
+            paragraph = "" if heading else prose(paragraph + " " + visible(line))[-400:]
         n += 1
     return page.problems

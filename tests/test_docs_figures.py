@@ -64,7 +64,7 @@ def write(tmp_path: Path, body: str) -> Path:
 
 
 GOOD = (
-    "<!-- settings: 0.5 -->\n"
+    "<!-- settings: 0.5 beside at (a strength) -->\n"
     "p_adj 0.046<!-- from docs/report.json: comparisons{a=x[emb],b=y[emb]}.p --> at 0.5, "
     "57%<!-- from: rows[0].m.v *100 --> of it, "
     "**0.573**<!-- from: rows{id=x}.m.v --> and 1.5× <!-- unchecked: a timing, no report holds it -->.\n\n"
@@ -93,6 +93,8 @@ def test_a_page_whose_figures_match_passes(tmp_path):
         (("| 0.5, 0.046 |", "| 0.6, 0.046 |"), "0.6 is not among the section's settings"),
         (("| 0.5, 0.046 |", "| 0.5 |"), "1 numbers for 2 paths"),
         (("<!-- unchecked: a row no report holds -->", ""), "1.25 is referenced by nothing"),
+        (("--> at 0.5, ", "--> of 0.5, "), "0.5 is referenced by nothing"),  # a setting's number, not beside its word
+        (("settings: 0.5 beside at (a strength)", "settings: 0.5 (a strength)"), "name the words that go with them"),
     ],
 )
 def test_a_wrong_figure_or_reference_fails(tmp_path, edit, complaint):
@@ -127,3 +129,60 @@ def test_a_generated_block_names_an_existing_test_and_ends_at_a_blank_line(tmp_p
     for missing_or_other in ("test_y", "test_z"):
         page.write_text(f"# Page\n{CHECKED}\n\n<!-- generated: cmd; tests/{missing_or_other}.py holds it -->\n{block}")
         assert any("names the test" in p for p in check_page(page, tmp_path))
+
+
+def test_a_generated_block_reaches_no_further_than_its_table_or_its_fenced_code(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text('PAGE = "page.md"')
+    marker = "<!-- generated: cmd; tests/test_x.py holds it equal -->"
+    page = tmp_path / "page.md"
+    for block in ("| a | 0.5 |\n|---|---|\n| b | 0.25 |", "```\nrate 0.5\n```"):
+        page.write_text(f"# Page\n{CHECKED}\n\n{marker}\n{block}\nthen 0.75 x\n")
+        assert [p.split(": ", 1)[1] for p in check_page(page, tmp_path)] == [
+            "0.75 is referenced by nothing (<!-- from FILE: PATH --> or <!-- unchecked: why -->)"
+        ]
+
+
+def test_a_setting_is_its_number_only_beside_its_words_or_in_their_list(tmp_path):
+    page = tmp_path / "page.md"
+    settings = "<!-- settings: 0.5 0.9 0.99 beside at, C = (strengths); 0.40 beside LanceDB (its version) -->"
+    prose = "LanceDB 0.40 at C = 0.5, 0.9 and\n0.99 (at 0.5 … 0.99)."
+    page.write_text(f"# Page\n{CHECKED}\n{settings}\n\n{prose}\n")
+    assert check_page(page, tmp_path) == []
+    page.write_text(f"# Page\n{CHECKED}\n{settings}\n\n{prose} Between (0.9), recall 0.40, 0.99 of it.\n")
+    assert [p.split(": ", 1)[1][:5] for p in check_page(page, tmp_path)] == ["0.9 i", "0.40 ", "0.99 "]
+
+
+def with_line(tmp_path: Path, name: str, after, line: str) -> list[str]:
+    """The problems of a copy of page ``name`` with ``line`` inserted after the first line ``after`` accepts (the
+    exact edits the docs check once let through)."""
+    lines = (ROOT / name).read_text().splitlines()
+    at = next(i for i, text in enumerate(lines) if after(lines, i))
+    copy = tmp_path / Path(name).name
+    copy.write_text("\n".join([*lines[: at + 1], line, *lines[at + 1 :]]) + "\n")
+    return check_page(copy, ROOT)
+
+
+def under_a_generated_table(lines: list[str], i: int) -> bool:
+    """The last row of the first table under a generated marker."""
+    above = next((j for j in range(i, -1, -1) if not lines[j].startswith("|")), i)
+    return lines[above].startswith("<!-- generated:") and lines[i].startswith("|") and not lines[i + 1].startswith("|")
+
+
+@pytest.mark.parametrize("name", ["docs/benchmarks.md", "docs/results.md"])
+def test_a_sentence_right_under_a_generated_table_is_checked(tmp_path, name):
+    problems = with_line(tmp_path, name, under_a_generated_table, "That is 2.5× the first row.")
+    assert [p for p in problems if "2.5 is referenced by nothing" in p], problems
+
+
+def test_a_figure_in_a_heading_is_checked(tmp_path):
+    problems = with_line(tmp_path, "README.md", lambda lines, i: lines[i].startswith("## Indexes"), "\n### 0.87 kept\n")
+    assert [p for p in problems if "0.87 is referenced by nothing" in p], problems
+
+
+def test_lancedbs_version_is_a_setting_only_as_its_version(tmp_path):
+    """results.md section 6 declares 0.40 as LanceDB's version; a recall of 0.40 is a figure like any other."""
+    problems = with_line(
+        tmp_path, "docs/results.md", lambda lines, i: "LanceDB 0.40" in lines[i], "IVF_PQ kept a recall@10 of 0.40."
+    )
+    assert len(problems) == 1 and "0.40 is referenced by nothing" in problems[0], problems
