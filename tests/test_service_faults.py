@@ -20,6 +20,7 @@ import weakref
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -297,3 +298,142 @@ def test_refusals_are_one_line(built, tiny_checkpoints, tmp_path):
         assert unavailable.status_code == 409 and unknown.status_code == 404
         for response in (unavailable, unknown):
             assert "\n" not in response.json()["detail"], response.json()["detail"]
+
+
+# --- issue 40, item 1: files shorter than their index needs, at start, at reload and while serving ----------------
+
+
+def halve(file: Path) -> None:
+    os.truncate(file, file.stat().st_size // 2)
+
+
+def post(url: str, key: str = "s3cret", timeout: float = 60) -> tuple[int, dict]:
+    request = urllib.request.Request(url, method="POST", headers={"X-API-Key": key})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def alive_get(proc: subprocess.Popen, url: str) -> tuple[int, dict]:
+    """GET ``url`` from a server that must survive it: a SIGBUS (exit -7) is this test's failure, said as such."""
+    try:
+        answer = get(url)
+    except OSError as exc:
+        answer = (None, {"detail": str(exc)})
+    time.sleep(0.05)  # a process killed by the signal is reaped by now
+    assert proc.poll() is None, f"the service died ({proc.returncode}) answering {url}: {answer}"
+    return answer
+
+
+@pytest.fixture(scope="module")
+def ivf16(tiny_checkpoints, tmp_path_factory) -> Path:
+    """Issue 40's index: `cone index --model baseline --stream --index-factory IVF16,Flat --search-params
+    nprobe=4 --out R` on 300 documents (made up; the tiny LM): lists of 40 kB, so that half the file ends
+    pages before the lists do (a read past the end of a file but inside its last page reads zeros, no fault)."""
+    from conftest import WORDS
+
+    from cone.cli import main
+
+    data = tmp_path_factory.mktemp("data300")
+    rng = np.random.default_rng(3)
+    (data / "tiny").mkdir()
+    docs = [{"_id": f"d{i}", "title": f"doc {i}", "text": " ".join(rng.choice(WORDS, 20))} for i in range(300)]
+    (data / "tiny" / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    out = tmp_path_factory.mktemp("R")
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(data), "--out"]
+    argv += [str(out), "--stream", "--index-factory", "IVF16,Flat", "--search-params", "nprobe=4", "--no-progress"]
+    assert main([*argv, "--checkpoints", str(tiny_checkpoints)]) == 0
+    return out / "baseline-IVF16_Flat"
+
+
+@pytest.mark.slow
+def test_a_streamed_index_truncated_before_start_or_reload_is_unavailable_not_a_bus_error(
+    ivf16, tiny_checkpoints, tmp_path, monkeypatch
+):
+    root = tmp_path / "R"
+    shutil.copytree(ivf16, root / ivf16.name)
+    shutil.copytree(ivf16, root / "reloaded")
+    halve(root / ivf16.name / IVF_DATA)
+    monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
+    proc, url, _ = start_server(root, tiny_checkpoints)
+    try:
+        status, body = alive_get(proc, f"{url}/search?model={ivf16.name}&q=cell")
+        assert status == 409 and IVF_DATA in body["detail"] and "lists need" in body["detail"], body
+        status, body = alive_get(proc, f"{url}/compare?q=cell")
+        assert status == 200 and [r["model"] for r in body["results"]] == ["reloaded"], body
+        halve(root / "reloaded" / IVF_DATA)  # while served: the next search finds it changed (issue 33)
+        assert alive_get(proc, f"{url}/search?model=reloaded&q=cell")[0] == 409
+        assert post(f"{url}/admin/reload")[1]["available"] == 0
+        models = {m["name"]: m for m in get(f"{url}/models")[1]["models"]}
+        for name in (ivf16.name, "reloaded"):
+            assert not models[name]["available"] and "lists need" in models[name]["reason"], models[name]
+            assert alive_get(proc, f"{url}/search?model={name}&q=cell")[0] == 409
+        assert alive_get(proc, f"{url}/compare?q=cell")[0] == 200
+    finally:
+        log = stop_server(proc)
+    assert "Traceback" not in log and "Bus error" not in log, log[-3000:]
+
+
+def _every_kind(built: Path, beir: Path, checkpoints: Path, root: Path) -> dict[str, Path]:
+    """An index of every kind over the tiny corpus: bm25, Flat, a streamed IVF (lists on disk), BIN,
+    BIN+rescore, RaBitQ and a LanceDB table (lance:FLAT: IVF_PQ needs 256 vectors, the tiny corpus has 40)."""
+    from cone.data.loaders import load_beir
+    from cone.indexing.dense import build_dense
+
+    kinds = {"bm25": built / "bm25", "flat": built / "baseline", "stream": built / "stream"}
+    encoder, dataset = load_encoder("baseline", checkpoints), load_beir(beir, "tiny")
+    factories = {"bin": "BIN", "rescore": "BIN+rescore:8", "rabitq": "RaBitQ"}
+    try:
+        import lancedb  # noqa: F401 (an optional part: without it, the other kinds are tested)
+
+        factories["lance"] = "lance:FLAT"
+    except ImportError:
+        pass
+    for kind, factory in factories.items():
+        kinds[kind] = build_dense(encoder, dataset, root / kind, "none", factory, progress=False)
+    return kinds
+
+
+@pytest.mark.slow
+def test_every_file_of_every_index_kind_truncated_at_start_at_reload_or_while_served(
+    built, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
+):
+    kinds = _every_kind(built, shared_tiny_beir, tiny_checkpoints, tmp_path / "kinds")
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / "bm25")  # an index no truncation touches: it serves throughout
+    cases: dict[str, dict[str, Path]] = {"start": {}, "reload": {}, "serving": {}}
+    for kind, folder in kinds.items():
+        for file in sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and p.stat().st_size):
+            for when, named in cases.items():
+                name = f"{when}--{kind}--{str(file).replace('/', '-')}"
+                shutil.copytree(folder, root / name)
+                named[name] = root / name / file
+    for file in cases["start"].values():
+        halve(file)
+    monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
+    proc, url, _ = start_server(root, tiny_checkpoints)
+
+    def unavailable(names: dict[str, Path]) -> None:
+        models = {m["name"]: m for m in get(f"{url}/models")[1]["models"]}
+        for name in names:
+            assert not models[name]["available"], (name, models[name])  # refused at load: no read can fault
+            status, body = alive_get(proc, f"{url}/search?model={name}&q=cell+protein&k=10")
+            assert status == 409 and body["detail"] == f"model {name!r} is unavailable: {models[name]['reason']}"
+
+    try:
+        unavailable(cases["start"])
+        for name in [*cases["reload"], *cases["serving"]]:
+            assert alive_get(proc, f"{url}/search?model={name}&q=cell+protein&k=10")[0] == 200, name
+        for file in [*cases["reload"].values(), *cases["serving"].values()]:
+            halve(file)
+        for name in cases["serving"]:  # read at each search: 409; read once at load: served from memory
+            assert alive_get(proc, f"{url}/search?model={name}&q=cell+protein&k=10")[0] in (200, 409), name
+        assert alive_get(proc, f"{url}/compare?q=cell")[0] == 200
+        assert post(f"{url}/admin/reload")[0] == 200
+        unavailable({**cases["start"], **cases["reload"], **cases["serving"]})
+        assert alive_get(proc, f"{url}/search?model=bm25&q=cell")[0] == 200 and get(f"{url}/healthz")[0] == 200
+    finally:
+        log = stop_server(proc)
+    assert "Traceback" not in log and "Bus error" not in log, log[-3000:]
