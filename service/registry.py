@@ -1,7 +1,8 @@
 """The indexes a service answers from: loaded from one folder, each with a lock, swapped atomically.
 
 A reload builds a complete new mapping and then replaces the reference in one assignment: a request
-that already holds an entry finishes on it, the next request sees the new set.
+that already holds an entry finishes on it, the next request sees the new set. Reload requests coalesce
+(``request_reload``): one reload runs, at most one waits, and a request made while one waits joins it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -150,6 +152,9 @@ class Registry:
         self.notes: list[str] = []  # what the last load recovered
         self.ready = threading.Event()
         self._reload_lock = threading.Lock()
+        self._queue_lock = threading.Lock()  # guards the two below
+        self._waiting: Future[dict[str, Entry]] | None = None  # the reload every request since the running one joins
+        self._reloading = False  # a thread runs reloads
 
     def building(self, name: str) -> ModelProgress | None:
         """The build of ``name`` if it is not served yet but on its way."""
@@ -195,6 +200,35 @@ class Registry:
         # only a collection frees those (with their weights); left to the GC's own schedule, reloads pile them up.
         gc.collect()
         return entries
+
+    def request_reload(self) -> Future[dict[str, Entry]]:
+        """A reload that starts after this call, run on the registry's own thread (never the caller's: the request
+        threads and the event loop keep serving): its entries, or FolderGone. Requests coalesce: while a reload
+        runs, the next one waits; a request made while one waits joins it and gets its result (a reload that
+        starts after the request reads the folder as it is now, so it answers every request that joined it). A
+        storm of N requests is at most two reloads at a time, never N queued."""
+        with self._queue_lock:
+            if self._waiting is None:
+                self._waiting = Future()
+            waiting = self._waiting
+            if not self._reloading:
+                self._reloading = True
+                threading.Thread(target=self._run_reloads, name="reload", daemon=True).start()
+        return waiting
+
+    def _run_reloads(self) -> None:
+        """Run the waiting reload, then the one that gathered meanwhile, until none waits."""
+        while True:
+            with self._queue_lock:
+                future, self._waiting = self._waiting, None
+                if future is None:
+                    self._reloading = False
+                    return
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(self.reload())
+            except BaseException as exc:  # given to every request that joined it: none waits forever
+                future.set_exception(exc)
 
 
 class FolderGone(ConeError):

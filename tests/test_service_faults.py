@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +29,7 @@ from cone.encoders.registry import load_encoder
 from cone.indexing.factory import IVF_DATA
 from cone.indexing.streaming import StreamOptions, build_dense_streaming
 from cone.service.app import ADMIN_KEY_ENV, create_app
+from cone.service.registry import FolderGone, Registry
 
 from local_service import free_port, wait_ready
 from tiny import build_tiny_indexes
@@ -437,3 +439,81 @@ def test_every_file_of_every_index_kind_truncated_at_start_at_reload_or_while_se
     finally:
         log = stop_server(proc)
     assert "Traceback" not in log and "Bus error" not in log, log[-3000:]
+
+
+# --- issue 40, item 2: reload storms coalesce off the request path --------------------------------------------------
+
+
+def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_later_request_joins(built, monkeypatch):
+    registry = Registry(built)
+    started, release, ran_on = threading.Event(), threading.Event(), []
+    real = Registry.reload
+
+    def held(self) -> dict:
+        ran_on.append(threading.current_thread().name)
+        started.set()
+        assert release.wait(60)
+        return real(self)
+
+    monkeypatch.setattr(Registry, "reload", held)
+    first = registry.request_reload()
+    assert started.wait(60)  # running, and held: every request from here waits for the next reload
+    later = [registry.request_reload() for _ in range(40)]
+    assert all(f is later[0] for f in later) and later[0] is not first and not later[0].done()
+    release.set()
+    assert first.result(60) is not later[0].result(60)  # two reloads: the second read the folder after the 40
+    assert ran_on == ["reload", "reload"] and set(later[0].result()) == set(registry.entries)
+    monkeypatch.setattr(Registry, "reload", lambda self: (_ for _ in ()).throw(FolderGone("gone")))
+    with pytest.raises(FolderGone):  # a failed reload is every joined request's answer
+        registry.request_reload().result(60)
+
+
+# --- issue 40, item 3: idle sockets reopened as they close must not lock clients out --------------------------------
+
+
+def _hold_idle(port: int, stop: threading.Event, opened: list[int]) -> None:
+    """One idle client: connect, send nothing, and connect again as soon as the server closes it."""
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                opened.append(1)
+                while not stop.is_set():
+                    try:
+                        if not conn.recv(4096):  # closed by the server (after its 408 or 503)
+                            break
+                    except TimeoutError:
+                        continue
+        except OSError:
+            time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_40_reopened_idle_sockets_under_128_descriptors_leave_health_checks_and_requests_answered(
+    built, tiny_checkpoints, tmp_path
+):
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / "bm25")
+    proc, url, port = start_server(root, tiny_checkpoints, nofile=128)  # the cap: 128 // 4 = 32 connections
+    stop, opened = threading.Event(), []
+    holders = [threading.Thread(target=_hold_idle, args=(port, stop, opened), daemon=True) for _ in range(40)]
+    try:
+        for holder in holders:
+            holder.start()
+        time.sleep(2.0)  # every slot taken, and the idle ones reopened as they are closed
+        assert len(opened) >= 40
+        for _ in range(4):
+            for path in ("/healthz", "/search?model=bm25&q=cell+protein"):
+                started = time.monotonic()
+                try:
+                    status = get(url + path, timeout=2)[0]
+                except OSError as exc:  # no answer within the 2 s
+                    status = repr(exc)
+                assert status == 200 and time.monotonic() - started < 2, (path, status, time.monotonic() - started)
+            time.sleep(0.5)
+        assert proc.poll() is None
+    finally:
+        stop.set()
+        for holder in holders:
+            holder.join(10)
+        log = stop_server(proc)
+    assert "Traceback" not in log, log[-3000:]
