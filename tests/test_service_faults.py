@@ -154,6 +154,9 @@ def test_reloads_free_the_old_entries_and_their_files_without_a_gc(built, tiny_c
         registry = client.app.state.registry
 
         def reload_and_search() -> None:
+            for name in ("baseline", "bm25", "stream"):  # rewritten, as far as the reload can tell: opened again
+                manifest = built / name / "manifest.json"
+                os.utime(manifest, ns=(time.time_ns(), manifest.stat().st_mtime_ns + 1000))
             assert client.post("/admin/reload", headers={"X-API-Key": "s3cret"}).status_code == 200
             for name in ("baseline", "bm25", "stream"):
                 assert client.get("/search", params={"model": name, "q": "cell protein"}).status_code == 200
@@ -517,3 +520,22 @@ def test_40_reopened_idle_sockets_under_128_descriptors_leave_health_checks_and_
             holder.join(10)
         log = stop_server(proc)
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_reload_keeps_the_entries_of_unchanged_indexes_and_opens_the_changed_ones_again(
+    built, tiny_checkpoints, tmp_path
+):
+    root = tmp_path / "indexes"
+    for name in ("baseline", "bm25"):
+        shutil.copytree(built / name, root / name)
+    registry = Registry(root, tiny_checkpoints)
+    before = registry.reload()
+    assert before["baseline"].available and before["bm25"].available
+    after = registry.reload()
+    assert after["baseline"] is before["baseline"] and after["bm25"] is before["bm25"]  # no encoder loaded again
+    os.truncate(root / "bm25" / "docs.jsonl", 100)
+    again = registry.reload()
+    assert again["baseline"] is before["baseline"] and not again["bm25"].available
+    assert "docs.jsonl" in again["bm25"].reason
+    os.utime(tiny_checkpoints / "baseline" / "config.json")  # its model's weights rewritten: opened again too
+    assert registry.reload()["baseline"] is not before["baseline"]
