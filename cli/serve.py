@@ -146,6 +146,7 @@ def serve(
 
     from cone.service.app import create_app
     from cone.service.connections import guarded_protocol
+    from cone.service.registry import freeze_libraries
 
     limit = max_body_bytes or body_limit_from_env()
     timeout = request_timeout or _from_env(REQUEST_TIMEOUT_ENV, positive_float, DEFAULT_REQUEST_TIMEOUT)
@@ -153,6 +154,7 @@ def serve(
     check_listen(host, port)
     where = f" (API docs: http://{host}:{port}/docs)" if docs else ""
     print(f"cone: serving {indexes} at http://{host}:{port}/{where}", flush=True)
+    freeze_libraries()
     app = create_app(indexes, checkpoints, max_body_bytes=limit, batching=batching, docs=docs, builds=builds)
     http = guarded_protocol(timeout, connections)
     try:
