@@ -68,8 +68,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--max-connections",
         type=positive_int,
         default=None,
-        help=f"connections held at once; one more is answered 503 and closed (default ${MAX_CONNECTIONS_ENV} or "
-        "a quarter of the process's open-file limit, at most 1,000)",
+        help="connections held at once; at the cap new ones wait in the listen queue, and past three quarters of "
+        f"it an idle connection has 1 s to begin a request (default ${MAX_CONNECTIONS_ENV} or a quarter of the "
+        "process's open-file limit, at most 1,000)",
     )
     p.add_argument(
         "--no-docs",

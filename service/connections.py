@@ -7,7 +7,7 @@ a byte now and then) is held forever; ``limit_concurrency`` answers 503 to reque
 connections first, so idle sockets still use up the process's descriptors until ``accept`` fails (EMFILE) and
 nothing, /healthz included, is answered. Here each connection must deliver a complete request (head and body)
 within ``request_timeout`` of being accepted or of its previous response, else it is answered 408 and closed;
-and a connection over ``max_connections`` is answered 503 and closed at once, which gives its descriptor back.
+and at most ``max_connections`` are held at once (with the few more one accept batch can bring, below).
 
 The cap alone hands the whole budget to whoever holds it: a few dozen idle sockets, reopened as they are closed,
 kept every other client (the health check included) refused (issue 40). So the cap is kept as a queue, not a
