@@ -112,8 +112,8 @@ class GuardedH11Protocol(H11Protocol):
             transport.close()
             return
         self._go_idle()
-        if self._pressure():
-            self._drain_idle()
+        if held == int(PRESSURE_SHARE * self.max_connections) + 1:  # pressure begins (counts move one at a time)
+            self._drain_idle()  # later idlers get the short deadline as they go idle: one sweep, not one per accept
 
     def _pressure(self) -> bool:
         return len(self.connections) > PRESSURE_SHARE * self.max_connections
