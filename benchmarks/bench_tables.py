@@ -151,6 +151,31 @@ def reload_soak(folder: Path) -> str:
     return table(["reloads", "RSS at reload 0 / 10 / 200", "descriptors at 0 / 10 / 200", "requests, errors"], rows)
 
 
+def reload_storm(folder: Path) -> str:
+    """16 clients without reloads, then with 2 reload requests a second, in one server: each record a row pair."""
+    rows = []
+    for name, what in (("reload-storm", "unchanged folder"), ("reload-storm-touch", "an index reopened each reload")):
+        found = load(folder, name)["result"]
+        for phase in ("quiet", "storm"):
+            r = found[phase]
+            storm = phase == "storm"
+            reloads = f"{r['reloads']}, {r['reload_errors']} failed" if storm else "none"
+            latency = f"{r['reload_p50_ms']:.0f} / {r['reload_max_ms']:.0f} ms" if storm else "-"
+            rows.append(
+                [
+                    what if storm else f"{what}: no reloads",
+                    f"{thousands(r['requests'])}, **{r['errors']}**",
+                    f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f} ms",
+                    f"**{found['p99_ratio']:.2f}×**" if storm else "1",
+                    reloads,
+                    latency,
+                    f"{r['healthz_max_ms']:.0f} ms ({r['healthz_checks']} checks)",
+                ]
+            )
+    header = ["run", "searches, errors", "p50 / p99", "p99 / no-reload p99", "reload requests", "reload p50 / max"]
+    return table([*header, "slowest /healthz"], rows)
+
+
 def sweep_cost(folder: Path) -> str:
     found = load(folder, "sweep-cost")["result"]
     rows = [
@@ -253,6 +278,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "ann": ann,
     "load": load_runs,
     "reload-soak": reload_soak,
+    "reload-storm": reload_storm,
     "sweep-cost": sweep_cost,
     "ray": ray,
     "stream": stream,

@@ -68,8 +68,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--max-connections",
         type=positive_int,
         default=None,
-        help=f"connections held at once; one more is answered 503 and closed (default ${MAX_CONNECTIONS_ENV} or "
-        "a quarter of the process's open-file limit, at most 1,000)",
+        help="connections held at once; at the cap new ones wait in the listen queue, and past three quarters of "
+        f"it an idle connection has 1 s to begin a request (default ${MAX_CONNECTIONS_ENV} or a quarter of the "
+        "process's open-file limit, at most 1,000)",
     )
     p.add_argument(
         "--no-docs",
@@ -146,6 +147,7 @@ def serve(
 
     from cone.service.app import create_app
     from cone.service.connections import guarded_protocol
+    from cone.service.registry import freeze_libraries
 
     limit = max_body_bytes or body_limit_from_env()
     timeout = request_timeout or _from_env(REQUEST_TIMEOUT_ENV, positive_float, DEFAULT_REQUEST_TIMEOUT)
@@ -153,6 +155,7 @@ def serve(
     check_listen(host, port)
     where = f" (API docs: http://{host}:{port}/docs)" if docs else ""
     print(f"cone: serving {indexes} at http://{host}:{port}/{where}", flush=True)
+    freeze_libraries()
     app = create_app(indexes, checkpoints, max_body_bytes=limit, batching=batching, docs=docs, builds=builds)
     http = guarded_protocol(timeout, connections)
     try:

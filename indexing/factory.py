@@ -300,10 +300,13 @@ class FloatCodes:
 
 
 class OnDiskCodes(FloatCodes):
-    """A streamed build's IVF index, its inverted lists mapped from ``index.ivfdata``. A file truncated under a
-    mapping makes the next read past its new end a SIGBUS, fatal to the whole service: a descriptor held open sees
-    that file (even renamed or unlinked), so every read first checks its size against the size at load. (A
-    search already past the check when the file shrinks can still fault: the check narrows the window.)"""
+    """A streamed build's IVF index, its inverted lists mapped from ``index.ivfdata``. A read past the end of a
+    mapped file is a SIGBUS, fatal to the whole service. So the file must hold every byte the lists say they
+    occupy (``lists_end``: FAISS maps it whole and reads a list's codes and ids at its recorded offset, whatever
+    the file's size): a shorter file is a DamagedIndex at load. A descriptor held open sees that file (even
+    renamed or unlinked), so every read first checks its size against the size at load, itself checked against
+    what the lists need. (A search already past the check when the file shrinks can still fault: the check
+    narrows the window to one search's FAISS call.)"""
 
     def __init__(self, folder: Path) -> None:
         lists = folder / IVF_DATA
@@ -316,6 +319,9 @@ class OnDiskCodes(FloatCodes):
             super().__init__(faiss.read_index(str(folder / INDEX_FILE), flags))
         if os.stat(lists).st_ino != os.fstat(self._fd).st_ino:  # replaced between the two opens: not the file mapped
             raise DamagedIndex(f"{folder}: {IVF_DATA} was replaced while the index was loading")
+        needed = lists_end(self.index)
+        if self._size < needed:  # checked before any read: FAISS has mapped the file but not touched it yet
+            raise DamagedIndex(f"{lists}: {self._size:,} bytes, but its inverted lists need {needed:,} (truncated)")
 
     def _check(self) -> None:
         try:
@@ -337,6 +343,15 @@ class OnDiskCodes(FloatCodes):
         """Close the lists file now; reading after it is a DamagedIndex."""
         self._closer()
         self._fd = -1
+
+
+def lists_end(index: faiss.Index) -> int:
+    """The bytes an IVF index's on-disk lists occupy in their file: list ``i`` holds ``capacity`` codes of
+    ``code_size`` bytes at its ``offset``, then as many 8-byte ids (FAISS's OnDiskInvertedLists layout, whose
+    ``get_ids`` reads at offset + capacity * code_size)."""
+    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
+    entries, width = lists.lists, lists.code_size + 8  # idx_t: int64
+    return max((entries.at(i).offset + entries.at(i).capacity * width for i in range(lists.nlist)), default=0)
 
 
 def sign_codes(vectors: np.ndarray) -> np.ndarray:

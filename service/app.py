@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import os
@@ -305,9 +306,11 @@ def report_json(registry: RegistryDep) -> FileResponse:
 
 
 @router.post("/admin/reload", response_model=ReloadResponse, responses={401: {"model": ErrorResponse}, **ERRORS})
-def reload(request: Request, x_api_key: Annotated[str | None, Header()] = None) -> ReloadResponse:
+async def reload(request: Request, x_api_key: Annotated[str | None, Header()] = None) -> ReloadResponse:
     """Re-read the index folder and swap the new set in atomically. Needs $CONE_ADMIN_KEY; off without it.
-    A folder that went away (moved, replaced by a file) is a 503 and the indexes loaded before keep serving."""
+    A folder that went away (moved, replaced by a file) is a 503 and the indexes loaded before keep serving.
+    Reloads coalesce (Registry.request_reload) and run on the registry's thread; the request waits for its
+    reload here, on the event loop, holding none of the threads that run searches."""
     expected = os.environb.get(ADMIN_KEY_ENV.encode())
     if not expected:
         raise HTTPException(404, f"admin reload is disabled (start the service with {ADMIN_KEY_ENV} set)")
@@ -318,7 +321,7 @@ def reload(request: Request, x_api_key: Annotated[str | None, Header()] = None) 
     if sent is None or not hmac.compare_digest(sent, expected):
         raise HTTPException(401, "missing or wrong X-API-Key")
     try:
-        entries = request.app.state.registry.reload()
+        entries = await asyncio.wrap_future(request.app.state.registry.request_reload())
     except FolderGone as exc:
         raise HTTPException(503, str(exc)) from None
     return ReloadResponse(models=len(entries), available=sum(e.available for e in entries.values()))

@@ -1,14 +1,20 @@
 """The indexes a service answers from: loaded from one folder, each with a lock, swapped atomically.
 
 A reload builds a complete new mapping and then replaces the reference in one assignment: a request
-that already holds an entry finishes on it, the next request sees the new set.
+that already holds an entry finishes on it, the next request sees the new set. An index whose files (and its
+model's weights) are the very files it was opened from keeps its entry: a reload re-opens what changed, so a
+reload of an unchanged folder loads no encoder and frees nothing. Reload requests coalesce (``request_reload``):
+one reload runs, at most one waits, and a request made while one waits joins it.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import stat
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,6 +28,7 @@ from cone.indexing.index import Hit, Index, SearchResult
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 from cone.indexing.open import open_index
 from cone.indexing.progress import BuildProgress, ModelProgress
+from cone.models.checkpoint import FINETUNED_MODELS, LM_MODELS, checkpoints_dir
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
 from cone.service.limits import one_line
 
@@ -42,6 +49,7 @@ class Entry:
     lock: threading.Lock = field(default_factory=threading.Lock)
     batching: BatchSettings = DEFAULT_BATCHING
     failed: bool = False  # set by ``fail``: the index broke while served; unavailable until a reload
+    source: tuple | None = None  # ``files_state`` of its folder and its weights when opened: None, never reused
 
     def __post_init__(self) -> None:
         self.reason = self.reason and one_line(self.reason)
@@ -98,6 +106,34 @@ def _unavailable_model(name: str, folder: Path, checkpoints: Path | None) -> Ent
     )
 
 
+def files_state(folder: Path) -> tuple | None:
+    """Each regular file under ``folder`` with its inode, size and modification time: what tells a reload that an
+    index is made of the very files it was opened from (a rebuild swaps in new files, a truncation changes the
+    size and the time). None where it cannot be read."""
+    found = []
+    try:
+        for root, _, names in os.walk(folder):
+            for name in names:
+                info = os.stat(os.path.join(root, name))
+                if stat.S_ISREG(info.st_mode):
+                    found.append((os.path.join(root, name), info.st_ino, info.st_size, info.st_mtime_ns))
+    except OSError:
+        return None
+    return tuple(sorted(found))
+
+
+def _source(path: Path, model: str, checkpoints: Path | None) -> tuple | None:
+    """``files_state`` of an index folder and of its model's weights where they are files that can change (a
+    checkpoint folder, st:PATH; the packaged minilm and roberta cannot)."""
+    weights = None
+    if model in LM_MODELS or model in FINETUNED_MODELS:
+        weights = checkpoints_dir(checkpoints) / model
+    elif model.startswith("st:"):
+        weights = Path(model[3:])
+    folder, model_files = files_state(path), files_state(weights) if weights else ()
+    return None if folder is None or model_files is None else (folder, model_files)
+
+
 def _open_entry(
     path: Path, checkpoints: Path | None, encoders: dict, locks: dict[int, threading.Lock], batching: BatchSettings
 ) -> Entry:
@@ -105,6 +141,7 @@ def _open_entry(
     manifest = None
     try:
         manifest = read_manifest(path)
+        source = _source(path, manifest.model, checkpoints)  # before opening: a change meanwhile is seen next time
         index = open_index(path, checkpoints, encoders=encoders, manifest=manifest)
     except ModelUnavailable as exc:
         return Entry(path.name, manifest, reason=exc.explanation)
@@ -113,23 +150,57 @@ def _open_entry(
     except Exception as exc:  # a defect this code did not foresee in one index must not stop the others
         return Entry(path.name, manifest, reason=f"{path}: cannot load ({type(exc).__name__}: {str(exc)[:200]})")
     lock = locks.setdefault(id(getattr(index, "encoder", index)), threading.Lock())
-    return Entry(path.name, manifest, index=index, lock=lock, batching=batching)
+    return Entry(path.name, manifest, index=index, lock=lock, batching=batching, source=source)
+
+
+def _unchanged(entry: Entry | None, path: Path, checkpoints: Path | None) -> bool:
+    """Whether ``entry`` serves and was opened from exactly the files now at ``path`` (and its weights)."""
+    return (
+        entry is not None
+        and entry.available
+        and entry.source is not None
+        and entry.source == _source(path, entry.manifest.model, checkpoints)
+    )
 
 
 def load_entries(
-    folder: Path, checkpoints: Path | None = None, batching: BatchSettings = DEFAULT_BATCHING
+    folder: Path,
+    checkpoints: Path | None = None,
+    batching: BatchSettings = DEFAULT_BATCHING,
+    previous: dict[str, Entry] | None = None,
 ) -> tuple[dict[str, Entry], list[str]]:
     """Every index under ``folder``; a corrupt or mismatched one becomes an unavailable entry with its reason.
-    Also the lines that say which indexes were recovered from an interrupted swap."""
+    Also the lines that say which indexes were recovered from an interrupted swap. ``previous``: the entries that
+    serve now; one opened from the very files still there is kept as it is (an unavailable one is opened again)."""
     encoders: dict = {}  # one loaded encoder per model, shared by its indexes (and so is its lock)
     locks: dict[int, threading.Lock] = {}
+    previous = previous or {}
     paths, notes = store.list_indexes(folder)
-    entries = {path.name: _open_entry(path, checkpoints, encoders, locks, batching) for path in paths}
+    entries = {
+        path.name: (
+            previous[path.name]
+            if _unchanged(previous.get(path.name), path, checkpoints)
+            else _open_entry(path, checkpoints, encoders, locks, batching)
+        )
+        for path in paths
+    }
     built = {e.manifest.model for e in entries.values() if e.manifest}
     for name in MODEL_NAMES:
         if name not in built and name not in entries:
             entries[name] = _unavailable_model(name, Path(folder), checkpoints)
     return entries, notes
+
+
+def freeze_libraries() -> None:
+    """Import what opening an index imports (torch, transformers, sentence-transformers: every service imports
+    them anyway, to tell whether roberta's weights are there), collect, and move every object alive now to the
+    permanent generation (``gc.freeze``). Those ~500,000 objects are then never traversed again: the collection a
+    reload runs after dropping an index costs ~0.02 s, not the 0.25-0.8 s that held the interpreter (and every
+    search) before. Called before any index is loaded, so the encoders' own cycles are still collected."""
+    import cone.encoders.st  # noqa: F401 (its imports are the point)
+
+    gc.collect()
+    gc.freeze()
 
 
 class Registry:
@@ -150,6 +221,9 @@ class Registry:
         self.notes: list[str] = []  # what the last load recovered
         self.ready = threading.Event()
         self._reload_lock = threading.Lock()
+        self._queue_lock = threading.Lock()  # guards the two below
+        self._waiting: Future[dict[str, Entry]] | None = None  # the reload every request since the running one joins
+        self._reloading = False  # a thread runs reloads
 
     def building(self, name: str) -> ModelProgress | None:
         """The build of ``name`` if it is not served yet but on its way."""
@@ -178,7 +252,7 @@ class Registry:
             try:
                 if not self.folder.is_dir():
                     raise FileNotFoundError(f"no folder of indexes at {self.folder}")
-                entries, notes = load_entries(self.folder, self.checkpoints, self.batching)
+                entries, notes = load_entries(self.folder, self.checkpoints, self.batching, self.entries)
             except Exception as exc:
                 self.ready.set()  # ready all the same: what serves (perhaps nothing yet) is known
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -188,13 +262,46 @@ class Registry:
                         "loaded before"
                     )
                 ) from None
+            kept = {id(e) for e in entries.values()}
+            replaced = any(e.index is not None and id(e) not in kept for e in self.entries.values())
             self.entries, self.notes = entries, notes  # one assignment: readers see the old set or the new one
             self.ready.set()
         # The old entries are freed by now, unless a request still holds one. Their encoders may not be:
         # sentence-transformers models (minilm, the fine-tuned LMs) hold reference cycles of their own, and
         # only a collection frees those (with their weights); left to the GC's own schedule, reloads pile them up.
-        gc.collect()
+        # A full collection holds the interpreter for ~0.4-0.8 s with torch loaded: run only when an index went.
+        if replaced:
+            gc.collect()
         return entries
+
+    def request_reload(self) -> Future[dict[str, Entry]]:
+        """A reload that starts after this call, run on the registry's own thread (never the caller's: the request
+        threads and the event loop keep serving): its entries, or FolderGone. Requests coalesce: while a reload
+        runs, the next one waits; a request made while one waits joins it and gets its result (a reload that
+        starts after the request reads the folder as it is now, so it answers every request that joined it). A
+        storm of N requests is at most two reloads at a time, never N queued."""
+        with self._queue_lock:
+            if self._waiting is None:
+                self._waiting = Future()
+            waiting = self._waiting
+            if not self._reloading:
+                self._reloading = True
+                threading.Thread(target=self._run_reloads, name="reload", daemon=True).start()
+        return waiting
+
+    def _run_reloads(self) -> None:
+        """Run the waiting reload, then the one that gathered meanwhile, until none waits."""
+        while True:
+            with self._queue_lock:
+                future, self._waiting = self._waiting, None
+                if future is None:
+                    self._reloading = False
+                    return
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(self.reload())
+            except BaseException as exc:  # given to every request that joined it: none waits forever
+                future.set_exception(exc)
 
 
 class FolderGone(ConeError):

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +21,7 @@ import weakref
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -27,6 +29,7 @@ from cone.encoders.registry import load_encoder
 from cone.indexing.factory import IVF_DATA
 from cone.indexing.streaming import StreamOptions, build_dense_streaming
 from cone.service.app import ADMIN_KEY_ENV, create_app
+from cone.service.registry import FolderGone, Registry
 
 from local_service import free_port, wait_ready
 from tiny import build_tiny_indexes
@@ -151,6 +154,9 @@ def test_reloads_free_the_old_entries_and_their_files_without_a_gc(built, tiny_c
         registry = client.app.state.registry
 
         def reload_and_search() -> None:
+            for name in ("baseline", "bm25", "stream"):  # rewritten, as far as the reload can tell: opened again
+                manifest = built / name / "manifest.json"
+                os.utime(manifest, ns=(time.time_ns(), manifest.stat().st_mtime_ns + 1000))
             assert client.post("/admin/reload", headers={"X-API-Key": "s3cret"}).status_code == 200
             for name in ("baseline", "bm25", "stream"):
                 assert client.get("/search", params={"model": name, "q": "cell protein"}).status_code == 200
@@ -297,3 +303,239 @@ def test_refusals_are_one_line(built, tiny_checkpoints, tmp_path):
         assert unavailable.status_code == 409 and unknown.status_code == 404
         for response in (unavailable, unknown):
             assert "\n" not in response.json()["detail"], response.json()["detail"]
+
+
+# --- issue 40, item 1: files shorter than their index needs, at start, at reload and while serving ----------------
+
+
+def halve(file: Path) -> None:
+    os.truncate(file, file.stat().st_size // 2)
+
+
+def post(url: str, key: str = "s3cret", timeout: float = 60) -> tuple[int, dict]:
+    request = urllib.request.Request(url, method="POST", headers={"X-API-Key": key})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def alive_get(proc: subprocess.Popen, url: str) -> tuple[int, dict]:
+    """GET ``url`` from a server that must survive it: a SIGBUS (exit -7) is this test's failure, said as such."""
+    try:
+        answer = get(url)
+    except OSError as exc:
+        answer = (None, {"detail": str(exc)})
+    time.sleep(0.05)  # a process killed by the signal is reaped by now
+    assert proc.poll() is None, f"the service died ({proc.returncode}) answering {url}: {answer}"
+    return answer
+
+
+@pytest.fixture(scope="module")
+def ivf16(tiny_checkpoints, tmp_path_factory) -> Path:
+    """Issue 40's index: `cone index --model baseline --stream --index-factory IVF16,Flat --search-params
+    nprobe=4 --out R` on 300 documents (made up; the tiny LM): lists of 40 kB, so that half the file ends
+    pages before the lists do (a read past the end of a file but inside its last page reads zeros, no fault)."""
+    from conftest import WORDS
+
+    from cone.cli import main
+
+    data = tmp_path_factory.mktemp("data300")
+    rng = np.random.default_rng(3)
+    (data / "tiny").mkdir()
+    docs = [{"_id": f"d{i}", "title": f"doc {i}", "text": " ".join(rng.choice(WORDS, 20))} for i in range(300)]
+    (data / "tiny" / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    out = tmp_path_factory.mktemp("R")
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(data), "--out"]
+    argv += [str(out), "--stream", "--index-factory", "IVF16,Flat", "--search-params", "nprobe=4", "--no-progress"]
+    assert main([*argv, "--checkpoints", str(tiny_checkpoints)]) == 0
+    return out / "baseline-IVF16_Flat"
+
+
+@pytest.mark.slow
+def test_a_streamed_index_truncated_before_start_or_reload_is_unavailable_not_a_bus_error(
+    ivf16, tiny_checkpoints, tmp_path, monkeypatch
+):
+    root = tmp_path / "R"
+    shutil.copytree(ivf16, root / ivf16.name)
+    shutil.copytree(ivf16, root / "reloaded")
+    halve(root / ivf16.name / IVF_DATA)
+    monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
+    proc, url, _ = start_server(root, tiny_checkpoints)
+    try:
+        status, body = alive_get(proc, f"{url}/search?model={ivf16.name}&q=cell")
+        assert status == 409 and IVF_DATA in body["detail"] and "lists need" in body["detail"], body
+        status, body = alive_get(proc, f"{url}/compare?q=cell")
+        assert status == 200 and [r["model"] for r in body["results"]] == ["reloaded"], body
+        halve(root / "reloaded" / IVF_DATA)  # while served: the next search finds it changed (issue 33)
+        assert alive_get(proc, f"{url}/search?model=reloaded&q=cell")[0] == 409
+        assert post(f"{url}/admin/reload")[1]["available"] == 0
+        models = {m["name"]: m for m in get(f"{url}/models")[1]["models"]}
+        for name in (ivf16.name, "reloaded"):
+            assert not models[name]["available"] and "lists need" in models[name]["reason"], models[name]
+            assert alive_get(proc, f"{url}/search?model={name}&q=cell")[0] == 409
+        assert alive_get(proc, f"{url}/compare?q=cell")[0] == 200
+    finally:
+        log = stop_server(proc)
+    assert "Traceback" not in log and "Bus error" not in log, log[-3000:]
+
+
+def _every_kind(built: Path, beir: Path, checkpoints: Path, root: Path) -> dict[str, Path]:
+    """An index of every kind over the tiny corpus: bm25, Flat, a streamed IVF (lists on disk), BIN,
+    BIN+rescore, RaBitQ and a LanceDB table (lance:FLAT: IVF_PQ needs 256 vectors, the tiny corpus has 40)."""
+    from cone.data.loaders import load_beir
+    from cone.indexing.dense import build_dense
+
+    kinds = {"bm25": built / "bm25", "flat": built / "baseline", "stream": built / "stream"}
+    encoder, dataset = load_encoder("baseline", checkpoints), load_beir(beir, "tiny")
+    factories = {"bin": "BIN", "rescore": "BIN+rescore:8", "rabitq": "RaBitQ"}
+    try:
+        import lancedb  # noqa: F401 (an optional part: without it, the other kinds are tested)
+
+        factories["lance"] = "lance:FLAT"
+    except ImportError:
+        pass
+    for kind, factory in factories.items():
+        kinds[kind] = build_dense(encoder, dataset, root / kind, "none", factory, progress=False)
+    return kinds
+
+
+@pytest.mark.slow
+def test_every_file_of_every_index_kind_truncated_at_start_at_reload_or_while_served(
+    built, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
+):
+    kinds = _every_kind(built, shared_tiny_beir, tiny_checkpoints, tmp_path / "kinds")
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / "bm25")  # an index no truncation touches: it serves throughout
+    cases: dict[str, dict[str, Path]] = {"start": {}, "reload": {}, "serving": {}}
+    for kind, folder in kinds.items():
+        for file in sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and p.stat().st_size):
+            for when, named in cases.items():
+                name = f"{when}--{kind}--{str(file).replace('/', '-')}"
+                shutil.copytree(folder, root / name)
+                named[name] = root / name / file
+    for file in cases["start"].values():
+        halve(file)
+    monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
+    proc, url, _ = start_server(root, tiny_checkpoints)
+
+    def unavailable(names: dict[str, Path]) -> None:
+        models = {m["name"]: m for m in get(f"{url}/models")[1]["models"]}
+        for name in names:
+            assert not models[name]["available"], (name, models[name])  # refused at load: no read can fault
+            status, body = alive_get(proc, f"{url}/search?model={name}&q=cell+protein&k=10")
+            assert status == 409 and body["detail"] == f"model {name!r} is unavailable: {models[name]['reason']}"
+
+    try:
+        unavailable(cases["start"])
+        for name in [*cases["reload"], *cases["serving"]]:
+            assert alive_get(proc, f"{url}/search?model={name}&q=cell+protein&k=10")[0] == 200, name
+        for file in [*cases["reload"].values(), *cases["serving"].values()]:
+            halve(file)
+        for name in cases["serving"]:  # read at each search: 409; read once at load: served from memory
+            assert alive_get(proc, f"{url}/search?model={name}&q=cell+protein&k=10")[0] in (200, 409), name
+        assert alive_get(proc, f"{url}/compare?q=cell")[0] == 200
+        assert post(f"{url}/admin/reload")[0] == 200
+        unavailable({**cases["start"], **cases["reload"], **cases["serving"]})
+        assert alive_get(proc, f"{url}/search?model=bm25&q=cell")[0] == 200 and get(f"{url}/healthz")[0] == 200
+    finally:
+        log = stop_server(proc)
+    assert "Traceback" not in log and "Bus error" not in log, log[-3000:]
+
+
+# --- issue 40, item 2: reload storms coalesce off the request path --------------------------------------------------
+
+
+def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_later_request_joins(built, monkeypatch):
+    registry = Registry(built)
+    started, release, ran_on = threading.Event(), threading.Event(), []
+    real = Registry.reload
+
+    def held(self) -> dict:
+        ran_on.append(threading.current_thread().name)
+        started.set()
+        assert release.wait(60)
+        return real(self)
+
+    monkeypatch.setattr(Registry, "reload", held)
+    first = registry.request_reload()
+    assert started.wait(60)  # running, and held: every request from here waits for the next reload
+    later = [registry.request_reload() for _ in range(40)]
+    assert all(f is later[0] for f in later) and later[0] is not first and not later[0].done()
+    release.set()
+    assert first.result(60) is not later[0].result(60)  # two reloads: the second read the folder after the 40
+    assert ran_on == ["reload", "reload"] and set(later[0].result()) == set(registry.entries)
+    monkeypatch.setattr(Registry, "reload", lambda self: (_ for _ in ()).throw(FolderGone("gone")))
+    with pytest.raises(FolderGone):  # a failed reload is every joined request's answer
+        registry.request_reload().result(60)
+
+
+# --- issue 40, item 3: idle sockets reopened as they close must not lock clients out --------------------------------
+
+
+def _hold_idle(port: int, stop: threading.Event, opened: list[int]) -> None:
+    """One idle client: connect, send nothing, and connect again as soon as the server closes it."""
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                opened.append(1)
+                while not stop.is_set():
+                    try:
+                        if not conn.recv(4096):  # closed by the server (after its 408 or 503)
+                            break
+                    except TimeoutError:
+                        continue
+        except OSError:
+            time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_40_reopened_idle_sockets_under_128_descriptors_leave_health_checks_and_requests_answered(
+    built, tiny_checkpoints, tmp_path
+):
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / "bm25")
+    proc, url, port = start_server(root, tiny_checkpoints, nofile=128)  # the cap: 128 // 4 = 32 connections
+    stop, opened = threading.Event(), []
+    holders = [threading.Thread(target=_hold_idle, args=(port, stop, opened), daemon=True) for _ in range(40)]
+    try:
+        for holder in holders:
+            holder.start()
+        time.sleep(2.0)  # every slot taken, and the idle ones reopened as they are closed
+        assert len(opened) >= 40
+        for _ in range(4):
+            for path in ("/healthz", "/search?model=bm25&q=cell+protein"):
+                started = time.monotonic()
+                try:
+                    status = get(url + path, timeout=2)[0]
+                except OSError as exc:  # no answer within the 2 s
+                    status = repr(exc)
+                assert status == 200 and time.monotonic() - started < 2, (path, status, time.monotonic() - started)
+            time.sleep(0.5)
+        assert proc.poll() is None
+    finally:
+        stop.set()
+        for holder in holders:
+            holder.join(10)
+        log = stop_server(proc)
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_reload_keeps_the_entries_of_unchanged_indexes_and_opens_the_changed_ones_again(
+    built, tiny_checkpoints, tmp_path
+):
+    root = tmp_path / "indexes"
+    for name in ("baseline", "bm25"):
+        shutil.copytree(built / name, root / name)
+    registry = Registry(root, tiny_checkpoints)
+    before = registry.reload()
+    assert before["baseline"].available and before["bm25"].available
+    after = registry.reload()
+    assert after["baseline"] is before["baseline"] and after["bm25"] is before["bm25"]  # no encoder loaded again
+    os.truncate(root / "bm25" / "docs.jsonl", 100)
+    again = registry.reload()
+    assert again["baseline"] is before["baseline"] and not again["bm25"].available
+    assert "docs.jsonl" in again["bm25"].reason
+    os.utime(tiny_checkpoints / "baseline" / "config.json")  # its model's weights rewritten: opened again too
+    assert registry.reload()["baseline"] is not before["baseline"]

@@ -1,0 +1,224 @@
+"""Reload storm against `cone serve`: search latency with and without /admin/reload fired twice a second.
+
+One `cone serve` runs in a subprocess on 127.0.0.1. --clients threads search its available indexes (round robin
+over the models and a few queries, each on its own keep-alive connection) for --seconds with no reloads, then for
+--seconds more while /admin/reload is POSTed --rate times a second, each from its own thread without waiting for
+the previous one (a storm: requests pile up unless the service coalesces them). /healthz is timed twice a second
+throughout. Both phases run against the same process, so their search percentiles compare like with like.
+A reload keeps the indexes whose files did not change; --touch NAME rewrites NAME's manifest time before each
+reload request, so that every reload opens that index (and loads its encoder) again: the costly case.
+
+Usage: python benchmarks/reload_storm.py --indexes DIR [--clients 16] [--seconds 20] [--rate 2] [--touch NAME]
+       [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+import numpy as np
+
+from cone.cpu import cpu_name
+
+# The loopback helpers live with the tests (they are not part of the installed package).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from local_service import free_port, wait_ready  # noqa: E402
+
+QUERIES = ["vitamin D deficiency", "cell protein expression", "gene therapy trial", "tumor growth in mice"]
+TIMEOUT = 60.0  # seconds any one request may take before it counts as an error
+
+
+def timed(port: int, method: str, path: str, headers: dict | None = None) -> tuple[float, int | None]:
+    """One request on a fresh connection: seconds and status (None: no answer)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    start = time.perf_counter()
+    try:
+        connection.request(method, path, headers=headers or {})
+        response = connection.getresponse()
+        response.read()
+        status = response.status
+    except OSError:
+        status = None
+    finally:
+        connection.close()
+    return time.perf_counter() - start, status
+
+
+class Phase:
+    """What one phase measured: search latencies and failures, /healthz and reload latencies."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.searches: list[float] = []
+        self.search_errors = 0
+        self.health: list[float] = []
+        self.health_errors = 0
+        self.reloads: list[float] = []
+        self.reload_errors = 0
+
+    def summary(self, seconds: float) -> dict:
+        searches, reloads = np.array(self.searches) * 1e3, np.array(self.reloads) * 1e3
+        return {
+            "requests": len(self.searches) + self.search_errors,
+            "errors": self.search_errors,
+            "rps": len(self.searches) / seconds,
+            "p50_ms": float(np.percentile(searches, 50)),
+            "p99_ms": float(np.percentile(searches, 99)),
+            "max_ms": float(searches.max()),
+            "healthz_checks": len(self.health) + self.health_errors,
+            "healthz_errors": self.health_errors,
+            "healthz_max_ms": float(max(self.health) * 1e3),
+            "reloads": len(self.reloads) + self.reload_errors,
+            "reload_errors": self.reload_errors,
+            "reload_p50_ms": float(np.percentile(reloads, 50)) if len(reloads) else None,
+            "reload_max_ms": float(reloads.max()) if len(reloads) else None,
+        }
+
+
+def searcher(port: int, models: list[str], offset: int, stop: threading.Event, phase: list[Phase]) -> None:
+    connection, i = None, offset
+    while not stop.is_set():
+        model, query = models[i % len(models)], QUERIES[i % len(QUERIES)]
+        i += 1
+        path = "/search?" + urllib.parse.urlencode({"model": model, "q": query, "k": 10})
+        start = time.perf_counter()
+        try:
+            connection = connection or http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+            connection.request("GET", path)
+            response = connection.getresponse()
+            response.read()
+            ok = response.status == 200
+        except (OSError, http.client.HTTPException):
+            ok, connection = False, None
+        elapsed, current = time.perf_counter() - start, phase[0]
+        with current.lock:
+            if ok:
+                current.searches.append(elapsed)
+            else:
+                current.search_errors += 1
+
+
+def prober(port: int, stop: threading.Event, phase: list[Phase]) -> None:
+    while not stop.wait(0.5):
+        elapsed, status = timed(port, "GET", "/healthz")
+        current = phase[0]
+        with current.lock:
+            if status == 200:
+                current.health.append(elapsed)
+            else:
+                current.health_errors += 1
+
+
+def reloader(
+    port: int, key: str, rate: float, stop: threading.Event, phase: Phase, fired: list, touch: Path | None
+) -> None:
+    def one() -> None:
+        if touch is not None:
+            os.utime(touch)
+        elapsed, status = timed(port, "POST", "/admin/reload", {"X-API-Key": key})
+        with phase.lock:
+            if status == 200:
+                phase.reloads.append(elapsed)
+            else:
+                phase.reload_errors += 1
+
+    while not stop.wait(1 / rate):
+        thread = threading.Thread(target=one, daemon=True)
+        thread.start()
+        fired.append(thread)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--indexes", type=Path, required=True)
+    parser.add_argument("--checkpoints", type=Path, default=None)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--rate", type=float, default=2, help="reload requests a second in the storm phase")
+    parser.add_argument("--touch", default=None, help="an index whose manifest is touched before each reload")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args()
+
+    port, key = free_port(), secrets.token_hex(16)
+    command = [sys.executable, "-m", "cone", "serve", "--indexes", str(args.indexes), "--port", str(port)]
+    command += ["--checkpoints", str(args.checkpoints)] if args.checkpoints else []
+    env = {**os.environ, "CONE_ADMIN_KEY": key}
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    stop = threading.Event()
+    quiet, storm = Phase(), Phase()
+    current = [quiet]
+    threads: list[threading.Thread] = []
+    fired: list[threading.Thread] = []
+    try:
+        wait_ready(url, timeout=600)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+        connection.request("GET", "/models")
+        models = [m["name"] for m in json.loads(connection.getresponse().read())["models"] if m["available"]]
+        connection.close()
+        threads = [
+            threading.Thread(target=searcher, args=(port, models, n, stop, current), daemon=True)
+            for n in range(args.clients)
+        ]
+        threads.append(threading.Thread(target=prober, args=(port, stop, current), daemon=True))
+        for thread in threads:
+            thread.start()
+        time.sleep(args.seconds)
+        current[0] = storm
+        storming = threading.Event()
+        touch = args.indexes / args.touch / "manifest.json" if args.touch else None
+        reloading = (port, key, args.rate, storming, storm, fired, touch)
+        firing = threading.Thread(target=reloader, args=reloading, daemon=True)
+        firing.start()
+        time.sleep(args.seconds)
+        storming.set()
+        firing.join()
+        for thread in fired:  # the storm's last reloads are answered before the phase ends
+            thread.join(TIMEOUT)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(TIMEOUT)
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    result = {
+        "cpu": cpu_name(),
+        "indexes": str(args.indexes),
+        "models": models,
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "reload_rate": args.rate,
+        "touched": args.touch,
+        "quiet": quiet.summary(args.seconds),
+        "storm": storm.summary(args.seconds),
+    }
+    result["p99_ratio"] = result["storm"]["p99_ms"] / result["quiet"]["p99_ms"]
+    result["p50_ratio"] = result["storm"]["p50_ms"] / result["quiet"]["p50_ms"]
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for name in ("quiet", "storm"):
+        r = result[name]
+        print(
+            f"{name}: {r['requests']} searches, {r['errors']} errors, {r['rps']:.1f}/s, p50 {r['p50_ms']:.1f} ms, "
+            f"p99 {r['p99_ms']:.1f} ms; /healthz max {r['healthz_max_ms']:.1f} ms ({r['healthz_errors']} failed); "
+            f"{r['reloads']} reloads ({r['reload_errors']} failed), p50 {r['reload_p50_ms']} ms"
+        )
+    print(f"storm / quiet: p50 x{result['p50_ratio']:.2f}, p99 x{result['p99_ratio']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
