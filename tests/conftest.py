@@ -68,8 +68,8 @@ WORDS = [
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """For pytest-xdist's --dist loadgroup (pyproject.toml): each module is one group, so its module fixtures
     are built once and its tests keep their order (test_cluster's first tests need Ray not yet started). A test
-    given its own xdist_group goes first (the slowest: it starts at once and the other worker takes the rest), then
-    the modules that hold a slow test, so the short ones fill in behind the long ones."""
+    given its own xdist_group goes first (the two halves of the MiniLM reproduction, the slowest work: one starts at
+    once on each worker), then the modules that hold a slow test, so the short ones fill in behind the long ones."""
     slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
     own_group = set()
     for item in items:
