@@ -35,7 +35,8 @@ from cone.eval.harness import load_eval_data
 from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult, sts_keys
 from cone.eval.sweep import evaluate_and_report
-from cone.indexing.factory import STORES, store_types
+from cone.indexing.codes import METRICS
+from cone.indexing.factory import STORES, metric_choices, store_types
 from cone.output import dump_json, table
 
 DEFAULT_MODELS = ",".join(MODEL_NAMES)
@@ -87,22 +88,34 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--index-factory",
         type=factory_list,
         default=["Flat"],
-        help="FAISS factory strings to compare, e.g. Flat,SQ8,SQfp16,PQ32,IVF256,Flat,HNSW32 (';' also separates); "
-        "each besides Flat is a row with recall@10 against the exact Flat index of the same vectors",
+        help="index types to compare, e.g. Flat,SQ8,SQfp16,PQ32,IVF256,Flat,HNSW32 (';' also separates), lance:TYPE, "
+        "usearch:CODEC, each optionally @METRIC (PQ32@l2); each besides Flat is a row with recall@10 against the "
+        "exact Flat index of the same vectors",
     )
     p.add_argument(
         "--store",
-        type=choice_list(STORES),
+        type=choice_list(tuple(STORES)),
         default=[],
         help="comma list of stores whose index types are rows too: lancedb adds lance:FLAT, lance:IVF_PQ, "
-        "lance:IVF_HNSW_SQ and lance:IVF_RQ (pip install 'cone[lancedb]'); faiss adds nothing (its types are "
-        "--index-factory's, which also takes lance: types one by one). Every row is compared with FAISS Flat",
+        "lance:IVF_HNSW_SQ and lance:IVF_RQ (pip install 'cone[lancedb]'); usearch adds every codec (f32, f16, "
+        "bf16, i8, e4m3, e5m2, b1) by HNSW and exhaustively (pip install 'cone[usearch]'); faiss adds nothing (its "
+        "types are --index-factory's, which also takes the others' one by one). Every row is compared with FAISS "
+        "Flat",
+    )
+    p.add_argument(
+        "--metric",
+        type=choice_list(METRICS),
+        default=[],
+        help="comma list of metrics (dot, l2, cosine) each index type is measured under, as rows of their own, where "
+        "its store takes it (FAISS: dot, l2; LanceDB and USearch: all three); a type written TYPE@METRIC, Flat and "
+        "1-bit codes keep theirs. Default: each store's own default (FAISS dot, LanceDB l2, USearch cosine)",
     )
     p.add_argument(
         "--search-params",
         type=checked_search_params,
         default="",
-        help="search parameters for every factory but Flat (a type that does not take them gives a row saying so)",
+        help="search parameters for every index type but Flat, each setting given to the types that take it "
+        "(nprobe=64 reaches IVF64,PQ32, not PQ32 nor a LanceDB type, which takes nprobes)",
     )
     p.add_argument(
         "--sts",
@@ -157,7 +170,11 @@ def run_eval_command(args: argparse.Namespace) -> int:
         indexes=args.indexes or args.out / "indexes",
         postprocesses=args.postprocess,
         layers=args.layers,
-        factories=(*args.index_factory, *(t for s in args.store for t in store_types(s))),
+        factories=tuple(
+            spec
+            for factory in (*args.index_factory, *(t for s in args.store for t in store_types(s)))
+            for spec in metric_choices(factory, args.metric)
+        ),
         search_params=args.search_params,
         runtimes=chosen_runtimes,
         checkpoints=args.checkpoints,

@@ -29,8 +29,9 @@ from cone.encoders.registry import LEXICAL, MODEL_NAMES, check_model_name, is_le
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing import store
+from cone.indexing.codes import METRICS
 from cone.indexing.dense import build_dense
-from cone.indexing.factory import DEFAULT_FACTORY, STORES, for_store
+from cone.indexing.factory import DEFAULT_FACTORY, STORES, check_buildable, for_store
 from cone.indexing.lexical import build_bm25
 from cone.indexing.streaming import StreamOptions, build_dense_streaming, check_streamable
 
@@ -38,10 +39,11 @@ from cone.indexing.streaming import StreamOptions, build_dense_streaming, check_
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "index",
-        help="encode a corpus and build its FAISS (or BM25) index",
+        help="encode a corpus and build its index (FAISS, LanceDB, USearch; or BM25)",
         description="Encode the dataset's corpus (title + text), apply a geometry correction fitted on the "
-        "corpus, L2-normalise and build a FAISS inner-product index (scores are cosines). The index is "
-        "written atomically to INDEX_DIR/<model>[-<runtime>][-layer<L>][-<postprocess>][-<factory>] with a manifest.",
+        "corpus, L2-normalise and build an index of a store (FAISS, LanceDB or USearch) by its metric (scores are "
+        "cosines whatever it is). The index is written atomically to "
+        "INDEX_DIR/<model>[-<runtime>][-layer<L>][-<postprocess>][-<type>[_<metric>]] with a manifest.",
     )
     p.add_argument("--model", required=True, help=f"{', '.join(MODEL_NAMES)} or st:PATH")
     add_dataset_option(p)
@@ -55,22 +57,34 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="index type: a FAISS factory string (default Flat = exact; SQ8, PQ32, HNSW32, RaBitQ, IVF64,RaBitQ; "
         "for big corpora IVF4096,Flat with --search-params nprobe=32, see docs/benchmarks.md), or 1-bit codes: "
         "BIN (sign bits, Hamming distance) or BIN+rescore:R (Hamming's top R re-ranked by the float32 vectors); "
-        "or a LanceDB type: lance:FLAT (exhaustive), lance:IVF_PQ, lance:IVF_HNSW_SQ, lance:IVF_RQ (RaBitQ)",
+        "or a LanceDB type: lance:FLAT (exhaustive), lance:IVF_PQ, lance:IVF_HNSW_SQ, lance:IVF_RQ (RaBitQ); "
+        "or a USearch codec: usearch:f32, f16, bf16, i8, e4m3, e5m2, b1 (HNSW), usearch:exact:CODEC (exhaustive "
+        "over the same codes). TYPE@METRIC names the metric too (lance:IVF_PQ@cosine)",
     )
     p.add_argument(
         "--store",
-        choices=STORES,
+        choices=tuple(STORES),
         default=None,
-        help="where the vectors live: faiss (an index file) or lancedb (a Lance table in the index folder; "
-        "pip install 'cone[lancedb]'). Default: the store --index-factory names; --store lancedb alone means "
-        "lance:FLAT. Parameters LanceDB's types choose from the corpus are recorded in the manifest (index_params)",
+        help="where the vectors live: faiss (an index file), lancedb (a Lance table in the index folder; "
+        "pip install 'cone[lancedb]') or usearch (a .usearch file; pip install 'cone[usearch]'). Default: the "
+        "store --index-factory names; --store lancedb alone means lance:FLAT, --store usearch usearch:exact:f32. "
+        "Parameters a store chooses from the corpus are recorded in the manifest (index_params)",
+    )
+    p.add_argument(
+        "--metric",
+        choices=METRICS,
+        default=None,
+        help="what the store searches by: dot, l2 or cosine (FAISS: dot, the default, or l2; LanceDB: all three, "
+        "default l2 as LanceDB's own; USearch: all three, default cosine as its own; 1-bit codes: Hamming). Part "
+        "of the index's identity: in its manifest and its folder's name",
     )
     p.add_argument(
         "--search-params",
         type=checked_search_params,
         default="",
         help="search-time parameters kept in the manifest, e.g. nprobe=32 (IVF), efSearch=128 (HNSW) or "
-        "qb=4 (RaBitQ's query bits, 1-8); for LanceDB types nprobes=N (default 20), refine_factor=R, ef=N (HNSW)",
+        "qb=4 (RaBitQ's query bits, 1-8); for LanceDB types nprobes=N (default 20), refine_factor=R, ef=N (HNSW); "
+        "for USearch ef=N (its HNSW's expansion_search)",
     )
     p.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
     add_runtime_options(p, default=AUTO)
@@ -78,8 +92,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "streaming build",
         "For corpora too big to hold: documents are read and written a shard at a time, the correction and FAISS "
         "are fitted on a random sample, and the inverted lists and the document table stay on disk (served from "
-        "there too). Needs a plain IVF factory (--index-factory IVF1024,Flat, IVF1024,SQ8 or IVF1024,PQ32) or a "
-        "LanceDB type (lance:IVF_PQ, ...: the Lance table is appended a shard at a time, then indexed). "
+        "there too). Needs a plain IVF factory (--index-factory IVF1024,Flat, IVF1024,SQ8 or IVF1024,PQ32), a "
+        "LanceDB type (lance:IVF_PQ, ...: the Lance table is appended a shard at a time, then indexed) or a "
+        "USearch codec (each shard added to the index, which holds every code, then saved). "
         "Rows follow the corpus file's order; a repeated id is kept twice (the in-memory build keeps the last).",
     )
     stream.add_argument("--stream", action="store_true", help="build as a stream (see above)")
@@ -108,11 +123,13 @@ def run_index(args: argparse.Namespace) -> int:
     runtime = runtime_for(args.backend, args.quantize, args.model, root)
     ray = ray_options(args)
     lexical = is_lexical(args.model)
-    if lexical and (postprocess != "none" or runtime.tag != "torch" or args.stream or ray or args.store):
+    dense_only = (postprocess != "none", runtime.tag != "torch", args.stream, ray, args.store, args.metric)
+    if lexical and any(dense_only):
         raise InputError(
-            "--postprocess, --backend, --quantize, --stream, --ray and --store apply to dense models, not bm25"
+            "--postprocess, --backend, --quantize, --stream, --ray, --store and --metric apply to dense models, "
+            "not bm25"
         )
-    args.index_factory = for_store(args.index_factory, args.store)
+    args.index_factory = for_store(args.index_factory, args.store, args.metric)
     progress = not args.no_progress
     if lexical:
         out = build_bm25(load_corpus(root, args.dataset), args.out / LEXICAL, progress)
@@ -127,8 +144,10 @@ def _build_dense(
     args: argparse.Namespace, postprocess: str, runtime: Runtime, root: Path, ray: RayOptions | None, progress: bool
 ) -> Path:
     encoder = load_encoder(args.model, args.checkpoints, args.layer, runtime, root)
-    if args.stream:
-        check_streamable(args.index_factory, encoder.dim)  # before any encoding
+    if args.stream:  # before any encoding
+        check_streamable(args.index_factory, encoder.dim, args.search_params)
+    else:
+        check_buildable(args.index_factory, encoder.dim, args.search_params)
     if ray is not None:
         encoder = RayEncoder(encoder, EncoderRecipe(args.model, args.checkpoints, runtime, root), ray)
     # The folder's name carries everything that built it, so another factory never replaces an index silently.

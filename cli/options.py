@@ -89,7 +89,7 @@ def _parse(text: str, kind: type, what: str) -> int | float:
 def index_factory(text: str) -> str:
     """One index type (cone.indexing.factory), checked when the command line is read, before any work."""
     try:
-        return parse_factory(text).factory
+        return parse_factory(text).spec
     except InputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -25,7 +25,7 @@ from cone.eval.results import GEOMETRY_KEYS, STS_MEAN, EvalResult, Samples, sts_
 from cone.geometry import pair_cosines, spread
 from cone.indexing import postprocess as pp
 from cone.indexing.dense import cache_corpus_layers, correct_corpus
-from cone.indexing.factory import DEFAULT_FACTORY
+from cone.indexing.factory import DEFAULT_FACTORY, settings_taken
 from cone.indexing.index import Index, Queries, VectorIndex
 from cone.indexing.reuse import open_or_build_bm25, open_or_build_dense
 
@@ -206,6 +206,7 @@ def _approximate_row(
     values, ndcg, rows = _ranking(index, encoded.queries, encoded.query_ids, qrels)
     test_rows = [i for i, q in enumerate(encoded.query_ids) if q in qrels]
     values["recall_at_10_vs_flat"] = metrics.overlap_at_k(rows[test_rows], exact[test_rows])
+    values["bytes_per_vector"] = index.bytes_per_vector()
     values |= {k: getattr(index.manifest.geometry, k) for k in GEOMETRY_KEYS}
     values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines.mean  # the same vectors, before coding
     return values, Samples(ndcg, top=rows[:, : metrics.HUB_K], n_docs=len(index.docs))
@@ -214,9 +215,8 @@ def _approximate_row(
 def _dense(
     encoder: Encoder, model: str, data: EvalData, spec: str, corpus: Callable, factory: str, plan: EvalPlan
 ) -> VectorIndex:
-    return open_or_build_dense(
-        encoder, model, data.dataset, spec, corpus, factory, plan.indexes, plan.search_params, plan.progress
-    )
+    params = settings_taken(factory, plan.search_params, encoder.dim)
+    return open_or_build_dense(encoder, model, data.dataset, spec, corpus, factory, plan.indexes, params, plan.progress)
 
 
 def evaluate_dense(

@@ -21,7 +21,8 @@ class EvalPlan:
 
     ``indexes``: the index folder to reuse and fill. ``layers``: which space of each dense model ("last": its own
     output; "emb"; a block number), or ``ALL_LAYERS``. ``factories``: FAISS factories, each besides Flat a row
-    compared with the exact Flat index; ``search_params`` apply to every factory but Flat. ``runtimes``: what runs
+    compared with the exact Flat index; ``search_params`` apply to every factory but Flat, each setting to the
+    types that take it. ``runtimes``: what runs
     each dense model's forward pass (the LMs run on torch only, and say so in their rows); ``runtime_of``: a model's
     one runtime in their place (`cone demo --backend auto` chooses per model). ``checkpoints``: the
     folder of the LMs; ``data_root``: the data dir whose LM text calibrates a first int8 export. ``ray``: encode

@@ -12,7 +12,8 @@ from cone.eval.significance import Comparison
 from cone.output import dump_json, format_value
 
 COLUMNS = {
-    "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_100", "recall_at_10_vs_flat"),  # then each STS set
+    # then each STS set
+    "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_100", "recall_at_10_vs_flat", "bytes_per_vector"),
     "similarity": (
         "doc_pair_cos_mean",
         "random_cos_mean",

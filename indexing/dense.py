@@ -1,4 +1,5 @@
-"""Dense indexes: encoder -> vectors (cached) -> post-processing -> unit norm -> FAISS (inner product)."""
+"""Dense indexes: encoder -> vectors (cached) -> post-processing -> unit norm -> a store's index (FAISS, LanceDB,
+USearch: cone.indexing.factory)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from cone.geometry import histogram, measure, pair_cosines, spread, unit_rows
 from cone.geometry.summary import Geometry, PairCosines
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.factory import DEFAULT_FACTORY, Codes, build_codes, read_codes
+from cone.indexing.factory import DEFAULT_FACTORY, Codes, build_codes, parse_factory, read_codes, recorded_type
 from cone.indexing.index import Queries, SearchResult
 from cone.indexing.manifest import DenseManifest, read_manifest
 
@@ -178,6 +179,7 @@ def dense_manifest(
     fit_sample: int | None = None,
     index_params: dict[str, int | str | None] | None = None,
 ) -> DenseManifest:
+    kind = parse_factory(factory)
     return DenseManifest(
         model=encoder.name,
         dataset=corpus.dataset,
@@ -186,7 +188,8 @@ def dense_manifest(
         encoder_fingerprint=encoder.fingerprint,
         metric="inner_product",
         postprocess=corrected.postprocess,
-        index_factory=factory,
+        index_factory=kind.factory,
+        index_metric=kind.metric,
         search_params=search_params,
         index_params=index_params or {},
         dim=encoder.dim,
@@ -238,7 +241,11 @@ class DenseIndex:
         self._check_encoder(encoder)
         m = self.manifest
         on_disk = m.fit_sample is not None
-        self.codes: Codes = read_codes(self.folder, m.index_factory, m.dim, m.search_params, on_disk, m.index_params)
+        try:
+            self.index_type = recorded_type(m.index_factory, m.index_metric)
+        except InputError as exc:
+            raise DamagedIndex(f"{self.folder}: manifest's index type: {exc}") from None
+        self.codes: Codes = read_codes(self.folder, self.index_type, m.dim, m.search_params, on_disk, m.index_params)
         try:
             with np.load(self.folder / PARAMS_FILE) as npz:
                 self.params = {k: npz[k] for k in npz.files}
@@ -254,6 +261,11 @@ class DenseIndex:
     def faiss_index(self) -> faiss.Index | faiss.IndexBinary:
         """The FAISS object (float or binary) behind the codes."""
         return self.codes.index
+
+    @property
+    def spec(self) -> str:
+        """The index type with its metric (``PQ32``, ``lance:IVF_PQ@l2``): what the index is."""
+        return self.index_type.spec
 
     def close(self) -> None:
         """Close the document table and the lists file now; searching after it is a DamagedIndex."""
@@ -303,6 +315,9 @@ class DenseIndex:
             return self.codes.vectors()
         except InputError as exc:
             raise InputError(f"{self.folder}: {exc}") from None
+
+    def bytes_per_vector(self) -> float:
+        return self.codes.bytes_per_vector()
 
     def search(self, queries: Queries, k: int, progress: bool = False) -> SearchResult:
         """The top ``k`` documents of each query by cosine."""

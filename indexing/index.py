@@ -59,10 +59,16 @@ class Index(Protocol):
 class VectorIndex(Index, Protocol):
     """An index over vectors: it can say where queries and documents lie in its (corrected) space."""
 
+    spec: str  # its index type with the metric (cone.indexing.codes.IndexType.spec)
+
     def embed(self, queries: Queries, progress: bool = False) -> np.ndarray:
         """Queries in the index's space: encoded (if texts), corrected as the corpus was, unit norm."""
         ...
 
     def doc_vectors(self) -> np.ndarray:
         """The indexed document vectors in row order."""
+        ...
+
+    def bytes_per_vector(self) -> float:
+        """What its store keeps per vector (cone.indexing.codes.Codes.bytes_per_vector)."""
         ...

@@ -4,8 +4,12 @@ index types, named as index factories with a prefix: ``lance:FLAT`` (no index: a
 
 The table (``vectors.lance``) holds each document's row in the index's document table, its id and its vector;
 titles and texts stay in that document table (cone.indexing.store), so everything that reads an index folder
-reads this one alike. The metric is LanceDB's ``dot`` (distance 1 - q·x): the rows are unit vectors, so
-1 - distance is the cosine, without the norms ``cosine`` would recompute on every comparison.
+reads this one alike. The metric is the user's (``lance:IVF_PQ@cosine``; ``--metric``): ``l2`` by default, as
+LanceDB's own, or ``dot`` or ``cosine``; each distance is reported as the cosine of the unit rows (1 - d for
+``dot`` and ``cosine``, 1 - d/2 for the squared ``l2``). It matters for the compressed types: under ``dot``
+LanceDB's PQ encodes raw coordinates and scores them by the inner product, which a cone breaks; under ``l2`` and
+``cosine`` it encodes residuals from the partition centres and the shared offset cancels (docs/results.md,
+section 6; tests/test_metric_rule.py). Indexes written before the metric was recorded used ``dot``.
 
 lancedb is imported only here, and only when a Lance index is built or opened: cone works without it, and an
 index of this store on a machine without it is refused with the fix (``pip install 'cone[lancedb]'``).
@@ -25,12 +29,12 @@ from types import ModuleType
 import numpy as np
 
 from cone.errors import DamagedIndex, InputError
+from cone.indexing.codes import COSINE, DOT, L2, IndexType, parse_search_params, similarity
 
 PREFIX = "lance:"
 TYPES = ("FLAT", "IVF_PQ", "IVF_HNSW_SQ", "IVF_RQ")
 TABLE = "vectors"  # the Lance dataset is TABLE + ".lance" in the index folder
 FILES = "lance_files.json"  # every file of the dataset with its size when written: truncation and deletion show
-METRIC = "dot"
 INSTALL = "pip install 'cone[lancedb]'"
 # Search-time settings each type takes (LanceDB's query builder: nprobes, ef, refine_factor).
 SEARCH_SETTINGS = {
@@ -76,7 +80,7 @@ def _sub_vectors(dim: int) -> int:
     return max(s for s in range(1, max(1, dim // 8) + 1) if dim % s == 0)
 
 
-def build_params(name: str, n: int, dim: int, settings: dict[str, str]) -> dict[str, int | str | None]:
+def build_params(name: str, n: int, dim: int, settings: dict[str, str], metric: str) -> dict[str, int | str | None]:
     """The parameters of a ``name`` index over ``n`` vectors of ``dim`` (chosen from n and d), and the search
     settings every search applies; a type that cannot be trained on ``n`` vectors is refused."""
     allowed = SEARCH_SETTINGS[name]
@@ -84,7 +88,7 @@ def build_params(name: str, n: int, dim: int, settings: dict[str, str]) -> dict[
         if setting not in allowed:
             takes = ", ".join(allowed) or "no search parameters"
             raise InputError(f"invalid --search-params: lance:{name} takes {takes}, not {setting!r}")
-    params: dict[str, int | str | None] = {"metric": METRIC}
+    params: dict[str, int | str | None] = {"metric": metric}
     if name == "IVF_PQ":
         if n < PQ_CENTROIDS:
             raise InputError(
@@ -109,15 +113,16 @@ def _index_config(lancedb: ModuleType, name: str, params: dict[str, int | str | 
     index = lancedb.index
     if name == "IVF_PQ":
         return index.IvfPq(
-            distance_type=METRIC,
+            distance_type=params["metric"],
             num_partitions=params["num_partitions"],
             num_sub_vectors=params["num_sub_vectors"],
             num_bits=params["num_bits"],
         )
     if name == "IVF_RQ":
-        return index.IvfRq(distance_type=METRIC, num_partitions=params["num_partitions"], num_bits=params["num_bits"])
+        partitions, bits = params["num_partitions"], params["num_bits"]
+        return index.IvfRq(distance_type=params["metric"], num_partitions=partitions, num_bits=bits)
     return index.IvfHnswSq(
-        distance_type=METRIC,
+        distance_type=params["metric"],
         num_partitions=params["num_partitions"],
         m=params["m"],
         ef_construction=params["ef_construction"],
@@ -150,14 +155,14 @@ class LanceCodes:
 
     @classmethod
     def build(
-        cls, vectors: np.ndarray, factory: str, settings: dict[str, str], ids: list[str] | None = None
+        cls, vectors: np.ndarray, kind: IndexType, settings: dict[str, str], ids: list[str] | None = None
     ) -> LanceCodes:
         """Checked now (type, parameters, trainability); the table is written by ``write`` into the index folder
         (or, if searched first, into a temporary folder)."""
         lancedb_module()
-        name = type_of(factory)
+        name = type_of(kind.factory)
         n, dim = vectors.shape
-        codes = cls(name, dim, build_params(name, n, dim, settings))
+        codes = cls(name, dim, build_params(name, n, dim, settings, kind.metric))
         codes._pending = (np.ascontiguousarray(vectors, dtype=np.float32), ids)
         return codes
 
@@ -196,6 +201,10 @@ class LanceCodes:
         """What the store keeps on disk: the Lance table (ids and float32 vectors) and its index files."""
         self.index  # noqa: B018 -- the table exists once built (in the index folder, or a scratch folder)
         return sum(_dataset_files(self._folder / f"{TABLE}.lance").values())
+
+    def bytes_per_vector(self) -> float:
+        """LanceDB keeps the vectors themselves beside any index: all it stores, over n."""
+        return self.stored_bytes() / max(1, self.ntotal)
 
     def write(self, folder: Path) -> None:
         if self._pending is None:
@@ -236,7 +245,8 @@ class LanceCodes:
         rows = np.full((len(queries), k), -1, dtype=np.int64)
         if not len(queries):
             return scores, rows
-        query = self.index.search(list(queries), vector_column_name="vector").distance_type(METRIC)
+        metric = str(self.params["metric"])
+        query = self.index.search(list(queries), vector_column_name="vector").distance_type(metric)
         query = query.select(["row", "_distance"]).limit(k)
         if self.params.get("nprobes") is not None:
             query = query.nprobes(int(self.params["nprobes"]))
@@ -254,7 +264,7 @@ class LanceCodes:
             else np.zeros(found.num_rows, dtype=np.int64)
         )
         found_rows = found["row"].to_numpy()
-        cosines = 1.0 - found["_distance"].to_numpy().astype(np.float32)
+        cosines = similarity(found["_distance"].to_numpy(), metric)
         for q in range(len(queries)):
             mine = np.flatnonzero(which == q)
             order = mine[np.argsort(-cosines[mine], kind="stable")][:k]
@@ -276,11 +286,15 @@ class LanceWriter:
     """A Lance table written a batch at a time, then indexed: a streamed build (``cone index --stream``, under
     ``--ray`` too) holds one shard of vectors, never the corpus. Rows are numbered in the order they come."""
 
-    def __init__(self, folder: Path, factory: str, dim: int) -> None:
+    def __init__(self, folder: Path, kind: IndexType, dim: int, settings: dict[str, str]) -> None:
         self.lancedb, self.pa = lancedb_module(), _pyarrow()
-        self.folder, self.name, self.dim = folder, type_of(factory), dim
+        self.folder, self.name, self.dim, self.metric = folder, type_of(kind.factory), dim, kind.metric
+        self.settings = settings
         self.count = 0
         self._table: object | None = None
+
+    def train(self, sample: np.ndarray) -> None:
+        """LanceDB trains its index on the whole table, at the end."""
 
     def add(self, vectors: np.ndarray, ids: list[str]) -> None:
         pa = self.pa
@@ -299,9 +313,10 @@ class LanceWriter:
             self._table.add(batch)
         self.count += len(vectors)
 
-    def finish(self, settings: dict[str, str]) -> LanceCodes:
-        """Index the whole table (parameters from its final size) and record its files, as ``write`` does."""
-        params = build_params(self.name, self.count, self.dim, settings)
+    def finish(self) -> dict[str, int | str | None]:
+        """Index the whole table (parameters from its final size) and record its files, as ``write`` does; the
+        index's parameters."""
+        params = build_params(self.name, self.count, self.dim, self.settings, self.metric)
         if self.name != "FLAT":
             try:
                 self._table.create_index("vector", config=_index_config(self.lancedb, self.name, params))
@@ -310,7 +325,45 @@ class LanceWriter:
                 raise InputError(f"--index-factory 'lance:{self.name}' on {self.count:,} vectors: {why}") from None
         files = _dataset_files(self.folder / f"{TABLE}.lance")
         (self.folder / FILES).write_text(json.dumps({"type": self.name, "files": files}, indent=1))
-        return LanceCodes(self.name, self.dim, params, self._table, self.folder)
+        return params
+
+
+class LanceStore:
+    """LanceDB (cone.indexing.codes.Store): ``lance:TYPE``, under ``dot``, ``l2`` (its default) or ``cosine``."""
+
+    name = "lancedb"
+    prefix = PREFIX
+    metrics = (DOT, L2, COSINE)
+    default_metric = L2  # LanceDB's own
+    exact = PREFIX + "FLAT"  # the store's exhaustive search of float32 rows
+    legacy_metric = DOT  # every Lance index cone built before the metric was a choice
+
+    def parse(self, factory: str, metric: str | None) -> IndexType:
+        metric = metric or self.default_metric
+        if metric not in self.metrics:
+            raise InputError(f"invalid index type {factory!r}: LanceDB searches by {', '.join(self.metrics)}")
+        return IndexType(PREFIX + type_of(factory), self.name, metric)
+
+    def types(self) -> tuple[str, ...]:
+        return tuple(PREFIX + t for t in TYPES)
+
+    def check(self, kind: IndexType, dim: int, search_params: str) -> None:
+        lancedb_module()
+        build_params(type_of(kind.factory), PQ_CENTROIDS, dim, parse_search_params(search_params), kind.metric)
+
+    def build(self, vectors: np.ndarray, kind: IndexType, search_params: str, ids: list[str] | None) -> LanceCodes:
+        return LanceCodes.build(vectors, kind, parse_search_params(search_params), ids)
+
+    def streamed(self, folder: Path, final: Path, kind: IndexType, dim: int, search_params: str) -> LanceWriter:
+        """The table is written a shard at a time and indexed at the end."""
+        return LanceWriter(folder, kind, dim, parse_search_params(search_params))
+
+    def read(
+        self, folder: Path, kind: IndexType, dim: int, search_params: str, on_disk: bool, params: dict
+    ) -> LanceCodes:
+        if params.get("metric", kind.metric) != kind.metric:
+            raise DamagedIndex(f"{folder}: index_params say {params['metric']}, the manifest's metric {kind.metric}")
+        return LanceCodes.read(folder, kind.factory, dim, params | {"metric": kind.metric})
 
 
 def _pyarrow() -> ModuleType:

@@ -70,6 +70,10 @@ class DenseManifest(_Manifest):
     postprocess: str = "none"
     index_factory: str
     search_params: str = ""
+    # The metric the store searches by (dot, l2, cosine, hamming; cone.indexing.codes), part of what the index is.
+    # Absent from manifests written before it was recorded, and then not written: their store's legacy metric
+    # (cone.indexing.factory.recorded_type).
+    index_metric: Literal["dot", "l2", "cosine", "hamming"] | None = Field(default=None, exclude_if=lambda v: v is None)
     # What the index type chose from N and d, and what every search applies (a LanceDB index's num_partitions,
     # num_sub_vectors, nprobes, refine_factor, ...); empty, and then not written, for FAISS, whose factory string
     # and search_params say it (so folders written before it read and write back the same keys).

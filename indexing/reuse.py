@@ -14,7 +14,7 @@ from cone.errors import DamagedIndex
 from cone.indexing import postprocess as pp
 from cone.indexing import store
 from cone.indexing.dense import CorrectedCorpus, build_dense
-from cone.indexing.factory import DEFAULT_FACTORY
+from cone.indexing.factory import DEFAULT_FACTORY, parse_factory
 from cone.indexing.index import Index, VectorIndex
 from cone.indexing.lexical import build_bm25
 from cone.indexing.manifest import MANIFEST
@@ -48,6 +48,7 @@ def open_or_build_dense(
     ``spec``'s correction, computed on the first build that needs it (callers share it between factories);
     ``search_params`` apply to every factory but the exact one."""
     layer, runtime = encoder.layer, encoder.runtime
+    factory = parse_factory(factory).spec  # with its metric: PQ32 and PQ32@l2 are two indexes
     folder = indexes / store.index_name(model, spec, layer, factory, runtime)
     params = "" if factory == DEFAULT_FACTORY else search_params
 
@@ -59,7 +60,7 @@ def open_or_build_dense(
             encoders={(model, layer, runtime): encoder},
             runtime=runtime,
         )
-        built = (index.manifest.postprocess, index.manifest.index_factory, index.manifest.search_params)
+        built = (index.manifest.postprocess, index.spec, index.manifest.search_params)
         if built != (pp.parse(spec), factory, params):  # a folder of that name built otherwise: not this one
             raise DamagedIndex(f"{folder}: built as {built}, not {(spec, factory, params)}")
         return index

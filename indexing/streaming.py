@@ -1,44 +1,36 @@
 """Dense indexes built as a stream, for corpora too big to hold: the corpus is read a shard at a time, its
-vectors are written to disk shard by shard, the correction and FAISS are fitted on a random sample of them,
-and the shards are then added one by one into inverted lists that stay on disk (FAISS's ``merge_ondisk``).
+vectors are written to disk shard by shard, the correction and the store's index are fitted on a random sample
+of them, and the shards are then given to the store one by one (cone.indexing.codes.StreamWriter): FAISS adds
+them into inverted lists that stay on disk (``merge_ondisk``), LanceDB appends them to its table and indexes it
+whole, USearch adds them to its graph.
 
-A build of N documents holds the sample and one shard, not N; serving holds neither (the lists and the
-document table are read from disk). Rows are in the corpus file's order (the in-memory build sorts ids).
+A build of N documents holds the sample and one shard of float vectors, not N; serving a FAISS or LanceDB index
+holds neither (the lists, the table and the document table are read from disk). Rows are in the corpus file's
+order (the in-memory build sorts ids).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-import faiss
 import numpy as np
-from faiss.contrib.ondisk import merge_ondisk
 from tqdm import tqdm
 
 from cone.data.loaders import CorpusFingerprint, corpus_line, doc_text, iter_corpus
 from cone.encoders.base import Encoder
 from cone.errors import ClusterError, InputError
 from cone.geometry import unit_rows
-from cone.indexing import lance, store
 from cone.indexing import postprocess as pp
+from cone.indexing import store
+from cone.indexing.codes import StreamWriter
 from cone.indexing.dense import PARAMS_FILE, CorpusIdentity, correct_vectors, dense_manifest
-from cone.indexing.factory import (
-    INDEX_FILE,
-    IVF_DATA,
-    core_index,
-    make_faiss,
-    parse_factory,
-    parse_search_params,
-    set_search_params,
-    train_faiss,
-    write_faiss,
-)
-from cone.output import native_stdout_silenced
+from cone.indexing.factory import check_buildable, streamed_writer
 
 SHARDS = "shards"  # scratch folder of the build: raw vectors and per-shard inverted lists, removed at the end
 Document = tuple[str, dict[str, str]]
@@ -55,24 +47,12 @@ class StreamOptions:
             raise InputError(f"--shard-size must be ≥ 1 and --sample-size ≥ 2 ({self.shard_size}, {self.sample_size})")
 
 
-def check_streamable(factory: str, dim: int) -> None:
-    """Only inverted lists can live on disk: a streamed build needs a plain IVF factory (IVF4096,Flat,
-    IVF4096,SQ8, IVF4096,PQ32, optionally after a transform such as PCA64), nothing kept beside the lists (no
-    IDMap, no refinement) and lists FAISS can merge onto disk (not the fast-scan ones); or a LanceDB type (its
-    table is written a shard at a time and indexed at the end)."""
-    kind = parse_factory(factory)
-    if kind.store == "lancedb":
-        return
-    if kind.binary:
-        raise InputError(f"--stream needs a plain IVF factory such as IVF1024,Flat, not {factory!r}")
-    built = make_faiss(dim, factory)  # kept: it owns what is downcast
-    index = core_index(built)
-    lists = faiss.downcast_InvertedLists(index.invlists) if isinstance(index, faiss.IndexIVF) else None
-    if not isinstance(lists, faiss.ArrayInvertedLists):
-        raise InputError(
-            f"--stream needs a plain IVF factory such as IVF1024,Flat, IVF1024,SQ8 or IVF1024,PQ32, not {factory!r}: "
-            "only inverted lists can stay on disk"
-        )
+def check_streamable(factory: str, dim: int, search_params: str = "") -> None:
+    """Refuse, before any encoding, a type its store cannot build a shard at a time (FAISS: only a plain IVF
+    factory's inverted lists can stay on disk) and settings the type does not take."""
+    check_buildable(factory, dim, search_params)
+    with tempfile.TemporaryDirectory(prefix="cone-stream-check-") as scratch:
+        streamed_writer(Path(scratch), Path(scratch), factory, dim, search_params)
 
 
 def _local_batches(encoder: Encoder, folder: Path, shard_size: int) -> Iterator[tuple[list[Document], np.ndarray]]:
@@ -164,42 +144,15 @@ def _sample_rows(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
     return np.sort(rng.choice(rows, k, replace=False))
 
 
-def _fill_on_disk(index: faiss.Index, shards: list[Path], params: dict, out: Path, bar: tqdm) -> None:
-    """Each shard corrected, added to a copy of the trained index and written; then every shard's lists merged
-    into one file on disk (ids are the rows)."""
-    parts, start = [], 0
-    for number, path in enumerate(shards):
-        vectors = unit_rows(pp.apply(np.load(path), params))
-        path.unlink()  # its vectors are in the part now: scratch disk holds one copy, not two
-        part = faiss.clone_index(index)
-        part.add_with_ids(vectors, np.arange(start, start + len(vectors), dtype=np.int64))
-        parts.append(str(path.with_name(f"ivf-{number:05d}.index")))
-        write_faiss(faiss.write_index, part, Path(parts[-1]))
-        start += len(vectors)
-        bar.update(len(vectors))
-        del part
-    with native_stdout_silenced():  # FAISS reports each resize of the file with a C printf
-        merge_ondisk(index, parts, str(out / IVF_DATA))
-
-
-def _fill_lance(
-    table: lance.LanceWriter, settings: dict[str, str], shards: list[Path], params: dict, bar: tqdm
-) -> dict[str, int | str | None]:
-    """Each shard corrected and appended to the Lance table (one shard in memory at a time), then the table indexed
-    once whole; the index's parameters, for the manifest."""
+def _fill(writer: StreamWriter, shards: list[Path], params: dict, bar: tqdm) -> dict[str, int | str | None]:
+    """Each shard corrected and given to the store (one shard in memory at a time, its file removed once given:
+    scratch disk holds one copy, not two); the index's parameters, for the manifest."""
     for path in shards:
         vectors = unit_rows(pp.apply(np.load(path), params))
-        table.add(vectors, json.loads(ids_path(path).read_text()))
+        writer.add(vectors, json.loads(ids_path(path).read_text()))
         path.unlink()
         bar.update(len(vectors))
-    return table.finish(settings).params
-
-
-def _point_lists_at(index: faiss.Index, final: Path) -> None:
-    """The index file names its lists' file; name the one it will have once the build is swapped into place
-    (FAISS also finds it beside the index file if the folder moves: IO_FLAG_ONDISK_SAME_DIR)."""
-    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
-    lists.filename = str(final.resolve() / IVF_DATA)
+    return writer.finish()
 
 
 def build_dense_streaming(
@@ -216,12 +169,7 @@ def build_dense_streaming(
     encoded here or, for a ``cone.encoders.cluster.RayEncoder``, on its Ray cluster."""
     postprocess = pp.parse(postprocess)
     options = options or StreamOptions()
-    check_streamable(factory, encoder.dim)
-    in_lance = parse_factory(factory).store == "lancedb"
-    if in_lance:  # bad search parameters refused before any encoding
-        lance.build_params(lance.type_of(factory), lance.PQ_CENTROIDS, encoder.dim, parse_search_params(search_params))
-    else:
-        make_faiss(encoder.dim, factory, search_params)
+    check_streamable(factory, encoder.dim, search_params)  # before any encoding
     on_cluster = encoder.encoded_on.on_cluster  # a cone.encoders.cluster.RayEncoder
     with store.writing_index(out) as folder:
         scratch = folder.path / SHARDS
@@ -242,19 +190,10 @@ def build_dense_streaming(
             raise InputError(f"{dataset / 'corpus.jsonl'}: no documents")
         sample = _sample(writer.shards, n_docs, options)
         corrected = correct_vectors(sample, postprocess)
-        index_params = None
-        with tqdm(total=n_docs, desc="fill index on disk", unit="doc", disable=not progress) as bar:
-            if in_lance:
-                settings = parse_search_params(search_params)
-                table = lance.LanceWriter(folder.path, factory, encoder.dim)
-                index_params = _fill_lance(table, settings, writer.shards, corrected.params, bar)
-            else:
-                index = make_faiss(encoder.dim, factory, search_params)
-                train_faiss(index, corrected.vectors, factory)
-                _fill_on_disk(index, writer.shards, corrected.params, folder.path, bar)
-                _point_lists_at(index, out)
-                set_search_params(index, search_params)
-                write_faiss(faiss.write_index, index, folder.path / INDEX_FILE)
+        index = streamed_writer(folder.path, out, factory, encoder.dim, search_params)
+        index.train(corrected.vectors)
+        with tqdm(total=n_docs, desc="fill index", unit="doc", disable=not progress) as bar:
+            index_params = _fill(index, writer.shards, corrected.params, bar)
         shutil.rmtree(scratch)
         np.savez(folder.path / PARAMS_FILE, **corrected.params)
         identity = CorpusIdentity(dataset.name, writer.fingerprint.hexdigest(), n_docs)

@@ -21,7 +21,8 @@ from pydantic import StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cone import __version__
-from cone.errors import DamagedIndex
+from cone.errors import DamagedIndex, InputError
+from cone.indexing.factory import recorded_type
 from cone.indexing.postprocess import is_synthetic
 from cone.indexing.progress import FAILED, BuildProgress, ModelProgress
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings
@@ -134,6 +135,15 @@ def synthetic(entry: Entry) -> bool:
     return entry.manifest is not None and is_synthetic(entry.manifest.postprocess)
 
 
+def index_spec(factory: str, metric: str | None) -> str:
+    """The index type with its metric, as the page names it (lance:IVF_PQ@l2); a manifest's own string where
+    it names no type cone knows (that index is listed unavailable with its reason)."""
+    try:
+        return recorded_type(factory, metric).spec
+    except InputError:
+        return factory
+
+
 def info(entry: Entry, build: ModelProgress | None = None) -> ModelInfo:
     """What GET /models says of an entry; ``build``: its build, while it is on its way (the reason then)."""
     m = entry.manifest
@@ -141,7 +151,7 @@ def info(entry: Entry, build: ModelProgress | None = None) -> ModelInfo:
         name=entry.name,
         model=m and m.model,
         layer=m and m.layer,
-        index_factory=m and m.index_factory,
+        index_factory=m and m.index_factory and index_spec(m.index_factory, m.index_metric),
         available=entry.available,
         reason=f"being built: {build_line(build)}" if build else entry.reason,
         dim=m and m.dim,

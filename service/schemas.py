@@ -97,7 +97,10 @@ class ModelInfo(BaseModel):
     name: str = Field(description="the index's name: what /search, /compare and /histogram take")
     model: str | None = Field(description="the model whose vectors it holds (the page groups indexes by it)")
     layer: str | int | None = Field(description="the model's space: last (its own output), emb, or a block number")
-    index_factory: str | None = Field(description="the FAISS index type (Flat = exact)")
+    index_factory: str | None = Field(
+        description="the index type and its metric, TYPE@METRIC where the metric is not FAISS's inner product "
+        "(Flat = exact; lance:IVF_PQ@l2, usearch:i8@cosine)"
+    )
     available: bool
     reason: str | None
     dim: int | None

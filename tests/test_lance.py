@@ -36,12 +36,19 @@ def tiny(shared_tiny_beir, tiny_checkpoints):
     return load_encoder("baseline", tiny_checkpoints), load_beir(shared_tiny_beir, "tiny")
 
 
-def test_lance_types_parse_to_the_lancedb_store_and_store_maps_the_default():
+def test_lance_types_parse_to_the_lancedb_store_with_their_metric_and_store_maps_the_default():
     assert parse_factory("lance:ivf_pq").factory == "lance:IVF_PQ"
     assert parse_factory("lance:IVF_RQ").store == "lancedb" and parse_factory("PQ32").store == "faiss"
-    assert for_store("Flat", "lancedb") == "lance:FLAT" and for_store("lance:IVF_PQ", None) == "lance:IVF_PQ"
+    # LanceDB's own default metric, l2, unless another is named; the metric is part of the type's name
+    assert parse_factory("lance:ivf_pq").spec == "lance:IVF_PQ@l2"
+    assert parse_factory("lance:IVF_PQ@Cosine").metric == "cosine"
+    assert (
+        for_store("Flat", "lancedb") == "lance:FLAT@l2" and for_store("lance:IVF_PQ", None, "dot") == "lance:IVF_PQ@dot"
+    )
     with pytest.raises(InputError, match="LanceDB index types are lance:FLAT"):
         parse_factory("lance:HNSW")
+    with pytest.raises(InputError, match="the metric is one of dot, l2, cosine, not 'ip'"):
+        parse_factory("lance:IVF_PQ@ip")
     with pytest.raises(InputError, match="'PQ32' is a faiss type, not one of --store lancedb"):
         for_store("PQ32", "lancedb")
 
@@ -57,8 +64,8 @@ def test_ivf_pq_parameters_come_from_n_and_d_and_its_top_hits_are_close_to_exact
     vectors, queries = unit_rows(600, 64), unit_rows(20, 64, seed=1)
     codes = build_codes(vectors, "lance:IVF_PQ", "refine_factor=50")
     # sqrt(600) ~ 24 partitions, but LanceDB trains one per 256 vectors; d/8 sub-vectors of 8 dims.
-    assert codes.params | {"metric": "dot"} == {
-        "metric": "dot",
+    assert codes.params == {
+        "metric": "l2",
         "num_partitions": 2,
         "num_sub_vectors": 8,
         "num_bits": 8,
@@ -68,10 +75,14 @@ def test_ivf_pq_parameters_come_from_n_and_d_and_its_top_hits_are_close_to_exact
     codes.write(tmp_path)
     exact_scores, exact_rows = build_codes(vectors, "Flat").search(queries, 10)
     scores, rows = codes.search(queries, 10)
-    # every probe and a deep refine: the refined top 10 is the exact one, with exact cosines
+    # every probe and a deep refine: the refined top 10 is the exact one, with exact cosines (1 - l2²/2)
     assert np.array_equal(rows, exact_rows)
     np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
     np.testing.assert_allclose(codes.vectors(), vectors)
+    for metric in ("dot", "cosine"):  # each distance read back as the cosine
+        scores, rows = build_codes(vectors, f"lance:FLAT@{metric}").search(queries, 10)
+        assert np.array_equal(rows, exact_rows)
+        np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
 
 
 def test_lance_flat_ranks_like_faiss_flat(tiny, tmp_path):
@@ -87,15 +98,17 @@ def test_lance_flat_ranks_like_faiss_flat(tiny, tmp_path):
     np.testing.assert_allclose(found.doc_vectors(), exact.doc_vectors(), atol=1e-6)
 
 
-@pytest.mark.parametrize("factory", ["lance:FLAT", "lance:IVF_HNSW_SQ", "lance:IVF_RQ"])
+@pytest.mark.parametrize("factory", ["lance:FLAT@l2", "lance:IVF_HNSW_SQ@cosine", "lance:IVF_RQ@dot"])
 def test_a_lance_index_round_trips_through_the_manifest_and_the_service(factory, tiny, tiny_checkpoints, tmp_path):
     encoder, dataset = tiny
     folder = tmp_path / "served" / store.index_name("baseline", "none", factory=factory)
     build_dense(encoder, dataset, folder, "none", factory, progress=False)
     manifest = read_manifest(folder)
-    assert manifest.index_factory == factory and manifest.index_params["metric"] == "dot"
+    name, metric = factory.split("@")
+    assert folder.name.endswith(f"{name.replace(':', '_')}_{metric}")  # the metric names the folder too
+    assert manifest.index_factory == name and manifest.index_metric == manifest.index_params["metric"] == metric
     assert (folder / f"{TABLE}.lance").is_dir() and (folder / FILES).is_file()
-    assert ("nprobes" in manifest.index_params) == (factory != "lance:FLAT")
+    assert ("nprobes" in manifest.index_params) == (name != "lance:FLAT")
     index = open_index(folder, tiny_checkpoints)
     hits = index.search(["cell protein gene"], 5).hits(0)
     assert len(hits) == 5 and len({h.doc_id for h in hits}) == 5
@@ -103,6 +116,8 @@ def test_a_lance_index_round_trips_through_the_manifest_and_the_service(factory,
     with TestClient(create_app(folder.parent, tiny_checkpoints, load_in_background=False)) as client:
         body = client.get("/search", params={"model": folder.name, "q": "cell protein gene", "k": 5}).json()
         assert client.get("/readyz").status_code == 200
+        listed = {m["name"]: m for m in client.get("/models").json()["models"]}
+    assert listed[folder.name]["index_factory"] == factory  # the page names the metric
     assert [h["doc_id"] for h in body["hits"]] == [h.doc_id for h in hits]
     np.testing.assert_allclose([h["score"] for h in body["hits"]], [h.score for h in hits], atol=1e-5)
 
@@ -133,19 +148,27 @@ def test_the_eval_gives_lance_rows_against_faiss_flat(shared_tiny_beir, tiny_che
     argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--no-progress", "--json"]
     assert main([*argv, "--store", "lancedb"]) == 0
     rows = {r["factory"]: r for r in json.loads((tmp_path / "report.json").read_text())["results"]}
-    assert set(rows) == {"Flat", "lance:FLAT", "lance:IVF_PQ", "lance:IVF_HNSW_SQ", "lance:IVF_RQ"}
-    assert rows["lance:FLAT"]["metrics"]["recall_at_10_vs_flat"] == pytest.approx(1.0)
-    assert rows["lance:FLAT"]["metrics"]["ndcg_at_10"] == pytest.approx(rows["Flat"]["metrics"]["ndcg_at_10"])
-    assert 0 <= rows["lance:IVF_RQ"]["metrics"]["recall_at_10_vs_flat"] <= 1
+    assert set(rows) == {"Flat", "lance:FLAT@l2", "lance:IVF_PQ@l2", "lance:IVF_HNSW_SQ@l2", "lance:IVF_RQ@l2"}
+    assert rows["lance:FLAT@l2"]["metrics"]["recall_at_10_vs_flat"] == pytest.approx(1.0)
+    assert rows["lance:FLAT@l2"]["metrics"]["ndcg_at_10"] == pytest.approx(rows["Flat"]["metrics"]["ndcg_at_10"])
+    assert 0 <= rows["lance:IVF_RQ@l2"]["metrics"]["recall_at_10_vs_flat"] <= 1
     # 40 documents cannot train an 8-bit product quantizer: that row says so, the others stand
-    assert not rows["lance:IVF_PQ"]["available"] and "at least 256 vectors" in rows["lance:IVF_PQ"]["reason"]
+    assert not rows["lance:IVF_PQ@l2"]["available"] and "at least 256 vectors" in rows["lance:IVF_PQ@l2"]["reason"]
+    # --metric sweeps the metrics as rows of their own, each in its own folder
+    assert main([*argv, "--index-factory", "Flat,lance:FLAT", "--metric", "dot,cosine"]) == 0
+    rows = {r["factory"]: r for r in json.loads((tmp_path / "report.json").read_text())["results"]}
+    assert set(rows) == {"Flat", "lance:FLAT@dot", "lance:FLAT@cosine"}
+    assert rows["lance:FLAT@dot"]["index"] == "baseline-lance_FLAT_dot"
+    assert rows["lance:FLAT@cosine"]["metrics"]["recall_at_10_vs_flat"] == pytest.approx(1.0)
 
 
 def test_cone_index_store_lancedb_builds_lance_flat_and_refuses_a_faiss_type(tiny_beir, tiny_checkpoints, tmp_path):
     argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
     argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--store", "lancedb"]
     assert main(argv) == 0
-    assert read_manifest(tmp_path / "baseline-lance_FLAT").index_factory == "lance:FLAT"
+    assert read_manifest(tmp_path / "baseline-lance_FLAT_l2").index_factory == "lance:FLAT"
+    assert main([*argv, "--metric", "dot"]) == 0
+    assert read_manifest(tmp_path / "baseline-lance_FLAT_dot").index_metric == "dot"
     assert main([*argv, "--index-factory", "PQ32"]) == 2
 
 
@@ -155,8 +178,8 @@ def test_a_streamed_lance_table_holds_the_ids_and_ranks_as_the_in_memory_one(tin
     argv += ["--checkpoints", str(tiny_checkpoints), "--index-factory", "lance:FLAT"]
     assert main([*argv, "--out", str(tmp_path / "memory")]) == 0
     assert main([*argv, "--out", str(tmp_path / "stream"), "--stream", "--shard-size", "12"]) == 0
-    memory = open_index(tmp_path / "memory" / "baseline-lance_FLAT", tiny_checkpoints)
-    streamed = open_index(tmp_path / "stream" / "baseline-lance_FLAT", tiny_checkpoints)
+    memory = open_index(tmp_path / "memory" / "baseline-lance_FLAT_l2", tiny_checkpoints)
+    streamed = open_index(tmp_path / "stream" / "baseline-lance_FLAT_l2", tiny_checkpoints)
     assert streamed.manifest.fit_sample == 40 and streamed.manifest.index_factory == "lance:FLAT"
     queries = ["cell protein gene", "market stock rose", "dog runs in the park"]
     runs = memory.search(queries, 5).run(queries), streamed.search(queries, 5).run(queries)
@@ -164,6 +187,18 @@ def test_a_streamed_lance_table_holds_the_ids_and_ranks_as_the_in_memory_one(tin
         assert list(a) == list(b) and list(a.values()) == pytest.approx(list(b.values()), abs=1e-5)
     table = streamed.codes.index.to_arrow()
     assert table.num_rows == 40 and table.column("id").to_pylist() == [streamed.docs[r]["id"] for r in range(40)]
+
+
+def test_a_lance_index_written_before_the_metric_was_recorded_is_dot(tiny, tmp_path):
+    """cone 0.1's Lance indexes searched by dot, and their manifests had no index_metric (index_params said it)."""
+    encoder, dataset = tiny
+    folder = build_dense(encoder, dataset, tmp_path / "old", "none", "lance:FLAT@dot", progress=False)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["index_metric"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    index = open_index(folder, encoders={("baseline", "last", encoder.runtime): encoder})
+    assert index.spec == "lance:FLAT@dot" and "index_metric" not in read_manifest(folder).to_dict()
+    assert len(index.search(["cell protein gene"], 3).hits(0)) == 3
 
 
 @pytest.mark.slow
