@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import tempfile
+import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +92,10 @@ def _sample(args: argparse.Namespace) -> doctor.Sample:
     if args.vectors is not None:
         if args.corpus is not None:
             raise InputError("--corpus goes with --model; --vectors are measured as they are")
-        return doctor.split_vectors(load_matrix(args.vectors), args.sample, args.queries, args.seed)
+        vectors = doctor.check_vectors(load_matrix(args.vectors), str(args.vectors))
+        if args.types is not None:
+            doctor.check_types(args.types, vectors.shape[1])
+        return doctor.split_vectors(vectors, args.sample, args.queries, args.seed)
     if args.corpus is None:
         raise InputError("--model needs --corpus (a BEIR folder, a .jsonl or a text file of documents)")
     check_model_name(args.model)
@@ -99,6 +106,8 @@ def _sample(args: argparse.Namespace) -> doctor.Sample:
     dataset = load_beir(args.corpus.parent, str(args.corpus.resolve())) if is_beir else None
     runtime = runtime_for(args.backend, args.quantize, args.model, data_dir())
     encoder = load_encoder(args.model, args.checkpoints, args.layer, runtime)
+    if args.types is not None:
+        doctor.check_types(args.types, encoder.dim)  # before any encoding
 
     def encode(texts: list[str]) -> np.ndarray:
         return encoder.encode(texts, progress=not args.no_progress)
@@ -123,15 +132,42 @@ def _injected(sample: doctor.Sample, spec: str) -> doctor.Sample:
     )
 
 
+def check_writable(folder: Path) -> None:
+    """``--out`` can take files, found before any work (not after a whole checkup, as a traceback)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise InputError(f"--out {folder}: cannot write there ({exc.strerror or exc})") from None
+
+
+def summarized_warnings(caught: list[warnings.WarningMessage]) -> str | None:
+    """The libraries' warnings in one line (how many, of which kinds), instead of one block each."""
+    if not caught:
+        return None
+    kinds = Counter(f"{w.category.__name__}: {str(w.message).splitlines()[0][:80]}" for w in caught)
+    common, count = kinds.most_common(1)[0]
+    kinds_said = f"{len(kinds)} kind{'s' * (len(kinds) > 1)}"
+    return f"{len(caught):,} warnings from libraries while measuring ({kinds_said}; most often, {count:,}×: {common})"
+
+
 def run_doctor(args: argparse.Namespace) -> int:
     inject = pp.parse(args.inject)
     doctor.check_target(args.target)  # before any encoding
-    sample = _sample(args)
-    if inject != "none":
-        sample = _injected(sample, inject)
-    total = doctor.steps(args.types, len(sample.docs), sample.docs.shape[1])
-    with tqdm(total=total, desc="index types x repairs", unit="build", disable=args.no_progress) as bar:
-        result = doctor.checkup(sample, args.target, args.types, lambda: bar.update(1))
+    if args.out is not None:
+        check_writable(args.out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sample = _sample(args)
+        if inject != "none":
+            sample = _injected(sample, inject)
+        total = doctor.steps(args.types, len(sample.docs), sample.docs.shape[1])
+        with tqdm(total=total, desc="index types x repairs", unit="build", disable=args.no_progress) as bar:
+            result = doctor.checkup(sample, args.target, args.types, lambda: bar.update(1))
+    summary = summarized_warnings(caught)
+    if summary is not None:
+        print(summary, file=sys.stderr)
     payload = {"source": args.model or str(args.vectors), "injected": inject, **result.to_json()}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -187,6 +223,7 @@ def render(result: doctor.Checkup, out: Path | None) -> str:
         *effects,
         "",
     ]
+    lines += [f"not measured: {factory} ({why})" for factory, why in result.untried.items()]
     p = result.prescription
     if p is None:
         lines.append(f"PRESCRIPTION: no type keeps recall@10 ≥ {result.target:g}; keep Flat (exact) vectors")

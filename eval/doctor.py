@@ -21,11 +21,12 @@ from cone.data.loaders import RetrievalDataset, doc_text
 from cone.errors import InputError
 from cone.eval import metrics
 from cone.eval.significance import ALPHA, paired_p
-from cone.geometry import measure, pair_cosines, spread, unit_rows
+from cone.geometry import as_matrix, measure, pair_cosines, spread, unit_rows
+from cone.geometry.instruments import refuse_unmeasurable_rows
 from cone.geometry.summary import Geometry
 from cone.indexing import postprocess as pp
-from cone.indexing.factory import BinaryCodes, Codes, FloatCodes, build_codes, parse_factory
-from cone.indexing.lance import PREFIX, LanceCodes
+from cone.indexing.factory import BinaryCodes, Codes, FloatCodes, build_codes, make_faiss, parse_factory
+from cone.indexing.lance import INSTALL, PREFIX, LanceCodes
 
 K = 10
 REPAIRS = ("none", "center", "whiten", "abtt:3", "standardize")
@@ -114,6 +115,7 @@ class Checkup:
     repairs: list[RepairEffect]
     prescription: Prescription | None
     search_params: dict[str, str] = field(default_factory=dict)
+    untried: dict[str, str] = field(default_factory=dict)  # type -> why this sample could not build it
 
     def to_json(self) -> dict:
         return {
@@ -125,6 +127,7 @@ class Checkup:
             "trials": [t.to_json() for t in self.trials],
             "repairs": [r.to_json() for r in self.repairs],
             "search_params": self.search_params,
+            "untried": self.untried,
             "prescription": None if self.prescription is None else self.prescription.__dict__,
         }
 
@@ -177,10 +180,17 @@ def _top_rows(codes: Codes, queries: np.ndarray) -> np.ndarray:
 
 
 def _trials(
-    docs: np.ndarray, queries: np.ndarray, types: list[str], params: dict[str, str], ndcg: Callable | None, step
+    docs: np.ndarray,
+    queries: np.ndarray,
+    types: list[str],
+    params: dict[str, str],
+    ndcg: Callable | None,
+    step: Callable[[], None],
+    untried: dict[str, str],
 ) -> Iterator[tuple[Trial, np.ndarray]]:
     """Every type over every repair: its recall@10 against exact search of the same (repaired) vectors, and its
-    exact top 10 when the type is Flat (to compare a repair's own ranking with the raw one)."""
+    exact top 10 when the type is Flat (to compare a repair's own ranking with the raw one). A type this sample
+    cannot train (PQ's 256 centroids on 40 vectors) goes into ``untried`` with FAISS's reason."""
     for repair in REPAIRS:
         fitted = pp.fit(docs, repair)
         d, q = unit_rows(pp.apply(docs, fitted)), unit_rows(pp.apply(queries, fitted))
@@ -188,7 +198,8 @@ def _trials(
         for factory in types:
             try:
                 codes = build_codes(d, factory, params.get(factory, ""))
-            except InputError:  # a type this sample cannot train (PQ's 256 centroids on 40 vectors): not offered
+            except InputError as exc:
+                untried.setdefault(factory, str(exc))
                 step()
                 continue
             rows = _top_rows(codes, q)
@@ -238,26 +249,69 @@ def check_target(target: float) -> None:
         raise InputError(f"--target must be in (0, 1], not {target}")
 
 
+def check_vectors(vectors: object, name: str = "the vectors") -> np.ndarray:
+    """A matrix the checkup can measure, or one line that says why not, before any work: numeric, 2-D with at
+    least 2 columns, finite, no zero row, and more distinct rows than a top 10 (a matrix of one row repeated
+    makes every result a tie, and any index type "keeps" all of it)."""
+    try:
+        x = as_matrix(vectors)
+        refuse_unmeasurable_rows(x)
+    except InputError as exc:
+        raise InputError(f"{name}: {exc}") from None
+    if x.shape[1] < 2:
+        raise InputError(f"{name}: shape {x.shape}: need at least 2 columns (one coordinate has no direction)")
+    rows = np.ascontiguousarray(x).view(np.dtype((np.void, x.dtype.itemsize * x.shape[1])))
+    distinct = len(np.unique(rows))
+    if distinct <= 2 * K:
+        raise InputError(
+            f"{name}: only {distinct} distinct row{'s' * (distinct > 1)} of {len(x):,}: every top {K} would be ties, "
+            f"so recall@{K} could not tell index types apart (need more than {2 * K})"
+        )
+    return x
+
+
+def check_types(types: list[str], dim: int) -> None:
+    """Every index type named can be built at ``dim``, or one line naming it, before any work; none is dropped."""
+    for factory in types:
+        kind = parse_factory(factory)
+        if kind.store == "lancedb":
+            if find_spec("lancedb") is None:
+                raise InputError(f"--types {factory}: lancedb is not installed ({INSTALL})")
+            continue
+        if kind.binary:
+            continue
+        try:
+            make_faiss(dim, kind.factory)
+        except InputError as exc:
+            reason = str(exc).split("Error: ")[-1] if "Error: " in str(exc) else "FAISS cannot parse it"
+            raise InputError(
+                f"--types {factory!r} is not an index type FAISS can build at d = {dim}: {reason}"
+            ) from None
+
+
 def checkup(
     sample: Sample, target: float = 0.95, types: list[str] | None = None, step: Callable[[], None] = lambda: None
 ) -> Checkup:
     """Diagnose the sample's raw document vectors and try every index type x repair with its queries."""
-    docs, queries = sample.docs, sample.queries
     check_target(target)
+    docs = check_vectors(sample.docs, "the documents' vectors")
+    queries = sample.queries
     if len(docs) < 2 * K:
         raise InputError(f"need at least {2 * K} documents to measure recall@{K}, got {len(docs)}")
+    if queries.shape[1] != docs.shape[1]:
+        raise InputError(f"queries have {queries.shape[1]} dimensions, documents {docs.shape[1]}")
     default, params = default_types(len(docs), docs.shape[1])
     types = types or default
-    for factory in types:
-        parse_factory(factory)
-    found = list(_trials(docs, queries, types, params, sample.ndcg, step))
+    check_types(types, docs.shape[1])
+    untried: dict[str, str] = {}
+    found = list(_trials(docs, queries, types, params, sample.ndcg, step, untried))
     trials = [trial for trial, _ in found]
     exact = {trial.repair: rows for trial, rows in found}
     repairs = _adjusted([_effect(repair, exact[repair], exact["none"], sample.ndcg) for repair in REPAIRS])
     diagnosis = diagnose(docs)
     prescription = prescribe(trials, repairs, target)
     return Checkup(
-        len(docs), len(queries), sample.queries_from, target, diagnosis, trials, repairs, prescription, params
+        len(docs), len(queries), sample.queries_from, target, diagnosis, trials, repairs, prescription, params, untried
     )
 
 

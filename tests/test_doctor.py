@@ -4,6 +4,8 @@ cone, and with rogue dimensions; then the command line."""
 from __future__ import annotations
 
 import json
+import os
+import warnings
 
 import numpy as np
 import pytest
@@ -136,3 +138,86 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys, monke
     assert main(["doctor", *argv, "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def _rows_with(value: float) -> np.ndarray:
+    x = np.random.default_rng(0).standard_normal((100, 8)).astype(np.float32)
+    x[[3, 50], 2] = value
+    return x
+
+
+@pytest.mark.parametrize(
+    ("matrix", "argv", "message"),
+    [
+        (np.ones(100, np.float32), [], "expected a 2-D (N, d) array, got shape (100,)"),
+        (np.float32(1.0), [], "expected a 2-D (N, d) array, got shape ()"),
+        (np.ones((100, 1), np.float32), [], "shape (100, 1): need at least 2 columns"),
+        (np.array([["a", "b"]] * 100), [], "expected a numeric array, got dtype <U1"),
+        (_rows_with(np.nan), [], "NaN in rows 3, 50 (2 of 100)"),
+        (_rows_with(np.inf), [], "inf in rows 3, 50 (2 of 100)"),
+        (np.zeros((100, 8), np.float32), [], "(100 of 100) all zero"),
+        (np.tile(np.arange(1, 9, dtype=np.float32), (100, 1)), [], "only 1 distinct row of 100"),
+        (None, ["--types", "NOPE"], "--types 'NOPE' is not an index type FAISS can build at d = 8"),
+        (None, ["--types", "SQ8,NOPE,BIN"], "--types 'NOPE' is not an index type"),
+        (None, ["--out", "/proc/doctor"], "--out /proc/doctor: cannot write there"),
+        (None, ["--out", "x.npy/doctor"], "--out x.npy/doctor: cannot write there (Not a directory)"),
+    ],
+    ids=[
+        "1-D",
+        "0-D",
+        "one column",
+        "strings",
+        "NaN",
+        "inf",
+        "all zero",
+        "all duplicates",
+        "NOPE",
+        "SQ8,NOPE,BIN",
+        "out under /proc",
+        "out under a file",
+    ],
+)
+def test_bad_vectors_types_and_out_are_refused_in_one_line_before_any_work(
+    matrix, argv, message, tmp_path, capsys, monkeypatch
+):
+    """Issue 40, item 4: each was a traceback, a silent drop or a refusal after the whole checkup had run."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "x.npy", rng.standard_normal((100, 8)).astype(np.float32) if matrix is None else matrix)
+
+    def no_work(*_args, **_kwargs):
+        raise AssertionError("an index was built before the input was checked")
+
+    monkeypatch.setattr(doctor, "build_codes", no_work)
+    assert main(["doctor", "--vectors", "x.npy", *argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_out_folder_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((100, 8)).astype(np.float32))
+    (tmp_path / "ro").mkdir(mode=0o555)
+    monkeypatch.setattr(doctor, "build_codes", lambda *_a, **_k: pytest.fail("built before --out was checked"))
+    assert main(["doctor", "--vectors", str(tmp_path / "x.npy"), "--out", str(tmp_path / "ro"), "--no-progress"]) == 2
+    assert "cannot write there (Permission denied)" in capsys.readouterr().err
+
+
+def test_library_warnings_are_summarized_in_one_line(tmp_path, capsys, monkeypatch):
+    docs, queries, _ = clustered()
+    np.save(tmp_path / "x.npy", np.concatenate([docs, queries]))
+    checkup = doctor.checkup
+
+    def noisy(*args, **kwargs):
+        for _ in range(500):  # as numpy warns once per call, each recorded when every warning is caught
+            warnings.warn("invalid value encountered in divide", RuntimeWarning, stacklevel=1)
+        warnings.warn("a second kind", UserWarning, stacklevel=1)
+        return checkup(*args, **kwargs)
+
+    monkeypatch.setattr(doctor, "checkup", noisy)
+    assert main(["doctor", "--vectors", str(tmp_path / "x.npy"), "--types", "Flat,SQ8", "--no-progress"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "501 warnings from libraries while measuring (2 kinds; most often, 500×: RuntimeWarning: invalid value "
+        "encountered in divide)"
+    )
