@@ -26,11 +26,12 @@ from cone.cli.options import (
 from cone.data.loaders import data_dir, load_beir, read_documents
 from cone.encoders.registry import MODEL_NAMES, check_model_name, is_lexical, load_encoder
 from cone.errors import InputError
-from cone.eval import doctor
+from cone.eval import doctor, index_doctor
 from cone.eval.figures import doctor_figure
+from cone.geometry import as_matrix
 from cone.indexing import postprocess as pp
 from cone.indexing.dense import corpus_vectors
-from cone.output import dump_json, table
+from cone.output import dump_json, native_stderr_collected, table
 
 REPORT = "doctor.json"
 FIGURE = "doctor.png"
@@ -48,9 +49,28 @@ def register(commands: argparse._SubParsersAction) -> None:
         "cheapest type + repair that keeps recall@10 at --target (a repair only where it lets a cheaper type pass "
         "and keeps the model's ranking). No qrels needed; a BEIR folder's test queries and qrels add nDCG@10.",
     )
-    source = p.add_mutually_exclusive_group(required=True)
+    source = p.add_mutually_exclusive_group()
     source.add_argument("--model", help=f"the encoder: {', '.join(m for m in MODEL_NAMES if m != 'bm25')} or st:PATH")
-    source.add_argument("--vectors", type=Path, help="a saved (N, d) .npy matrix of document vectors instead")
+    source.add_argument(
+        "--vectors",
+        type=Path,
+        help="a saved (N, d) .npy matrix of document vectors instead; with --index, the vectors the index was built "
+        "from (row i = id i), where it keeps no float vectors",
+    )
+    p.add_argument(
+        "--index",
+        type=Path,
+        help="the index you already have, measured as it is: a FAISS index file (IndexPreTransform chains and binary "
+        "indexes too), a Lance dataset folder or a LanceDB folder (with --table), or a USearch .usearch file",
+    )
+    p.add_argument("--table", help="with --index on a LanceDB folder: the table (default: its only one)")
+    p.add_argument(
+        "--fix",
+        type=Path,
+        metavar="OUT",
+        help="with --index: write the prescribed repair there (a FAISS file, a Lance dataset folder NAME.lance, a "
+        ".usearch file) and measure it as read back",
+    )
     p.add_argument(
         "--corpus",
         type=Path,
@@ -60,9 +80,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--sample", type=positive_int, default=5000, help="documents measured (default %(default)s)")
     p.add_argument(
         "--queries",
-        type=positive_int,
+        type=queries_option,
         default=200,
-        help="queries (the dataset's, else documents held out of the sample; default %(default)s)",
+        help="how many queries (the dataset's, else documents held out of the sample; with --index, documents of the "
+        "index; default %(default)s), or a .npy matrix of query vectors (with --vectors or --index)",
     )
     p.add_argument("--target", type=float, default=0.95, help="recall@10 to keep (default %(default)s)")
     p.add_argument(
@@ -86,6 +107,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_checkpoints_option(p)
     add_progress_option(p)
     p.set_defaults(handler=run_doctor)
+
+
+def queries_option(text: str) -> int | Path:
+    """``--queries 200`` (how many) or ``--queries Q.npy`` (the query vectors)."""
+    return positive_int(text) if text.strip().lstrip("-").isdigit() else Path(text)
 
 
 def _sample(args: argparse.Namespace) -> doctor.Sample:
@@ -142,22 +168,34 @@ def check_writable(folder: Path) -> None:
         raise InputError(f"--out {folder}: cannot write there ({exc.strerror or exc})") from None
 
 
-def summarized_warnings(caught: list[warnings.WarningMessage]) -> str | None:
-    """The libraries' warnings in one line (how many, of which kinds), instead of one block each."""
-    if not caught:
+def summarized_warnings(caught: list[warnings.WarningMessage], native: list[str]) -> str | None:
+    """The libraries' warnings (Python's, and the lines native code wrote to stderr) in one line: how many, of
+    which kinds, the most frequent."""
+    said = [f"{w.category.__name__}: {str(w.message).splitlines()[0][:100]}" for w in caught]
+    said += [line.strip()[:100] for line in native]
+    if not said:
         return None
-    kinds = Counter(f"{w.category.__name__}: {str(w.message).splitlines()[0][:80]}" for w in caught)
+    kinds = Counter(said)
     common, count = kinds.most_common(1)[0]
     kinds_said = f"{len(kinds)} kind{'s' * (len(kinds) > 1)}"
-    return f"{len(caught):,} warnings from libraries while measuring ({kinds_said}; most often, {count:,}×: {common})"
+    return f"{len(said):,} warnings from libraries while measuring ({kinds_said}; most often, {count:,}×: {common})"
 
 
 def run_doctor(args: argparse.Namespace) -> int:
+    if args.index is not None:
+        return run_index_doctor(args)
+    for option in ("table", "fix"):
+        if getattr(args, option) is not None:
+            raise InputError(f"--{option} goes with --index")
+    if args.model is None and args.vectors is None:
+        raise InputError("name what to measure: --model (with --corpus), --vectors X.npy or --index PATH")
+    if isinstance(args.queries, Path) and args.vectors is None:
+        raise InputError("--queries Q.npy goes with --vectors or --index; with --model, --queries is a number")
     inject = pp.parse(args.inject)
     doctor.check_target(args.target)  # before any encoding
     if args.out is not None:
         check_writable(args.out)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, native_stderr_collected() as native:
         warnings.simplefilter("always")
         sample = _sample(args)
         if inject != "none":
@@ -165,7 +203,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         total = doctor.steps(args.types, len(sample.docs), sample.docs.shape[1])
         with tqdm(total=total, desc="index types x repairs", unit="build", disable=args.no_progress) as bar:
             result = doctor.checkup(sample, args.target, args.types, lambda: bar.update(1))
-    summary = summarized_warnings(caught)
+    summary = summarized_warnings(caught, native)
     if summary is not None:
         print(summary, file=sys.stderr)
     payload = {"source": args.model or str(args.vectors), "injected": inject, **result.to_json()}
@@ -235,4 +273,107 @@ def render(result: doctor.Checkup, out: Path | None) -> str:
         )
     if out is not None:
         lines.append(f"report and figure: {out / REPORT}, {out / FIGURE}")
+    return "\n".join(lines)
+
+
+def _query_matrix(path: Path, dim: int) -> np.ndarray:
+    matrix = load_matrix(path)  # a missing or unreadable file is refused naming it
+    try:
+        queries = as_matrix(matrix)
+    except InputError as exc:
+        raise InputError(f"--queries {path}: {exc}") from None
+    if queries.shape[1] != dim:
+        raise InputError(f"--queries {path} has {queries.shape[1]} dimensions, the vectors {dim}")
+    return np.ascontiguousarray(queries, dtype=np.float32)
+
+
+def run_index_doctor(args: argparse.Namespace) -> int:
+    """``--index PATH``: the user's own index, measured as it is, and the repair in its store's terms."""
+    for option, value in (("model", args.model), ("corpus", args.corpus), ("types", args.types)):
+        if value is not None:
+            raise InputError(f"--{option} goes without --index (the index is measured as it is)")
+    if args.inject != "none":
+        raise InputError("--inject goes without --index (the index is measured as it is)")
+    doctor.check_target(args.target)
+    if args.out is not None:
+        check_writable(args.out)
+    if args.fix is not None:
+        if args.fix.exists():
+            raise InputError(f"--fix {args.fix}: already exists; name a new file or folder")
+        check_writable(args.fix.parent)
+    found = index_doctor.open_index(args.index, args.table)
+    given = None if args.vectors is None else doctor.check_vectors(load_matrix(args.vectors), str(args.vectors))
+    vectors = index_doctor.index_vectors(found, given)
+    if isinstance(args.queries, Path):
+        queries, queries_from = _query_matrix(args.queries, found.dim), str(args.queries)
+    else:
+        queries = index_doctor.sample_queries(vectors, args.queries, args.seed)
+        queries_from = f"{len(queries):,} of the indexed vectors (seed {args.seed}), each also a document"
+    with warnings.catch_warnings(record=True) as caught, native_stderr_collected() as native:
+        warnings.simplefilter("always")
+        result = index_doctor.checkup_index(found, vectors, queries, queries_from, args.target, args.fix)
+    summary = summarized_warnings(caught, native)
+    if summary is not None:
+        print(summary, file=sys.stderr)
+    payload = {"vectors_from": str(args.vectors) if args.vectors else "the index", **result.to_json()}
+    if args.out is not None:
+        (args.out / REPORT).write_text(dump_json(payload) + "\n")
+    print(dump_json(payload) if args.json else render_index(result, args.vectors, args.out))
+    return 0
+
+
+def _mb(code_bytes: float) -> str:
+    return f"{code_bytes:,.4g} bytes of code per vector, {code_bytes * 1e6 / 2**20:,.1f} MB per million"
+
+
+def render_index(result: index_doctor.IndexCheckup, vectors: Path | None, out: Path | None) -> str:
+    f = result.found
+    params = ", ".join(f"{k} {v}" for k, v in f.params.items())
+    exact = "the cosine of the float vectors its bits were taken from" if f.metric == "hamming" else f.metric
+    lines = [
+        f"INDEX: {f.store} {f.kind}, metric {f.metric}, {f.ntotal:,} vectors of d {f.dim}; {params}",
+        f"  {_mb(f.code_bytes)}",
+        f"vectors: {vectors if vectors is not None else 'kept in the index'}; queries: {result.queries_from}",
+        *_findings(result.diagnosis),
+        "",
+        f"recall@10 of this index against exact search ({exact}) of the same vectors: {result.recall_at_10:.3f}",
+    ]
+    if result.repairs:
+        rows = [
+            {
+                "repair": r.name,
+                "bytes/vector": round(r.code_bytes, 2),
+                "recall@10": r.recall_at_10,
+                "code change": r.code_change,
+            }
+            for r in result.repairs
+        ]
+        lines += ["", f"what {f.store}'s own repairs keep (each built and measured with the same queries):"]
+        lines.append(table(rows, list(rows[0])))
+    lines.append("")
+    p = result.prescription
+    if result.recall_at_10 >= result.target:
+        lines.append(
+            f"PRESCRIPTION: none needed: this index keeps {result.recall_at_10:.3f} of exact search's top 10 "
+            f"(target {result.target:g})"
+        )
+    elif p is None:
+        lines.append(
+            f"PRESCRIPTION: no repair {f.store} offers does better than {result.recall_at_10:.3f}; keep float "
+            "vectors (an exact or wider-codec index)"
+        )
+    else:
+        short = "" if p.recall_at_10 >= result.target else f" (still below the target {result.target:g})"
+        lines.append(
+            f"PRESCRIPTION: {p.name}: {p.how}. recall@10 {result.recall_at_10:.3f} -> {p.recall_at_10:.3f}{short}; "
+            f"{_mb(p.code_bytes)} (today {f.code_bytes:,.4g}); code change: {p.code_change}"
+        )
+    if result.fixed is not None:
+        x = result.fixed
+        lines.append(
+            f"FIXED: {x['path']} ({x['repair']}), read back: recall@10 {x['recall_at_10']:.3f}, "
+            f"{_mb(x['code_bytes_per_vector'])}"
+        )
+    if out is not None:
+        lines.append(f"report: {out / REPORT}")
     return "\n".join(lines)

@@ -175,7 +175,7 @@ def bytes_per_vector(codes: Codes, dim: int, n: int) -> float:
     return (full - faiss.serialize_index(empty).size) / n
 
 
-def _top_rows(codes: Codes, queries: np.ndarray) -> np.ndarray:
+def top_rows(codes: Codes, queries: np.ndarray) -> np.ndarray:
     return codes.search(queries, K)[1]
 
 
@@ -194,7 +194,7 @@ def _trials(
     for repair in REPAIRS:
         fitted = pp.fit(docs, repair)
         d, q = unit_rows(pp.apply(docs, fitted)), unit_rows(pp.apply(queries, fitted))
-        exact = _top_rows(FloatCodes(_flat(d)), q)
+        exact = top_rows(FloatCodes(flat_index(d)), q)
         for factory in types:
             try:
                 codes = build_codes(d, factory, params.get(factory, ""))
@@ -202,7 +202,7 @@ def _trials(
                 untried.setdefault(factory, str(exc))
                 step()
                 continue
-            rows = _top_rows(codes, q)
+            rows = top_rows(codes, q)
             trial = Trial(
                 factory,
                 repair,
@@ -214,8 +214,8 @@ def _trials(
             step()
 
 
-def _flat(vectors: np.ndarray) -> faiss.Index:
-    index = faiss.IndexFlatIP(vectors.shape[1])
+def flat_index(vectors: np.ndarray, metric: int = faiss.METRIC_INNER_PRODUCT) -> faiss.Index:
+    index = faiss.IndexFlat(vectors.shape[1], metric)
     index.add(vectors)
     return index
 

@@ -221,3 +221,131 @@ def test_library_warnings_are_summarized_in_one_line(tmp_path, capsys, monkeypat
         "501 warnings from libraries while measuring (2 kinds; most often, 500×: RuntimeWarning: invalid value "
         "encountered in divide)"
     )
+
+
+# --- cone doctor --index: the index a user already has ------------------------------------------------------
+
+STRONG_CONE = 30.0  # random pairs' cosine ~0.999 on the clustered space
+
+
+@pytest.fixture(scope="module")
+def user_indexes(tmp_path_factory):
+    """The same coned vectors in a FAISS PQ file, a Lance table under `dot` with IVF_PQ, a USearch i8 file; and the
+    healthy space's PQ file, the reference a repair is judged against."""
+    import faiss
+    import pyarrow as pa
+    from usearch.index import Index
+
+    from cone.geometry import unit_rows
+    from cone.indexing.lance import lancedb_module
+
+    folder = tmp_path_factory.mktemp("user-indexes")
+    docs, queries, _ = clustered()
+    spaces = {
+        "healthy": (unit_rows(docs), unit_rows(queries)),
+        "coned": (unit_rows(offset_cone(docs, STRONG_CONE)), unit_rows(offset_cone(queries, STRONG_CONE))),
+    }
+    for name, (x, q) in spaces.items():
+        np.save(folder / f"{name}.npy", x.astype(np.float32))
+        np.save(folder / f"{name}-queries.npy", q.astype(np.float32))
+        index = faiss.index_factory(DIM, "PQ8", faiss.METRIC_INNER_PRODUCT)
+        index.do_polysemous_training = False  # 20 s here, and it changes no code (cone.indexing.factory says why)
+        index.train(x)
+        index.add(x)
+        faiss.write_index(index, str(folder / f"{name}.faiss"))
+    coned = spaces["coned"][0].astype(np.float32)
+    lancedb = lancedb_module()
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(coned.ravel()), DIM)
+    table = lancedb.connect(folder / "lancedb").create_table("docs", pa.table({"vector": vectors}))
+    table.create_index("vector", config=lancedb.index.IvfPq(distance_type="dot", num_partitions=4, num_sub_vectors=8))
+    usearch = Index(ndim=DIM, metric="cos", dtype="i8")
+    usearch.add(np.arange(len(coned)), coned)
+    usearch.save(str(folder / "coned.usearch"))
+    return folder, spaces
+
+
+def _doctor_index(capsys, *argv: str) -> dict:
+    assert main(["doctor", "--index", *argv, "--json", "--no-progress"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_faiss_pq_file_on_coned_vectors_is_named_measured_and_fixed_in_a_file_plain_faiss_reads(
+    user_indexes, tmp_path, capsys
+):
+    import faiss
+
+    from cone.eval import metrics
+    from cone.eval.index_doctor import exact_rows
+
+    folder, spaces = user_indexes
+    out = tmp_path / "fixed.faiss"
+    report = _doctor_index(
+        capsys,
+        str(folder / "coned.faiss"),
+        "--vectors",
+        str(folder / "coned.npy"),
+        "--queries",
+        str(folder / "coned-queries.npy"),
+        "--fix",
+        str(out),
+    )
+    assert report["index"]["type"] == "IndexPQ" and report["index"]["metric"] == "inner product"
+    assert report["index"]["code_bytes_per_vector"] == 8 and report["diagnosis"]["findings"] == ["cone"]
+    assert report["recall_at_10"] < 0.5  # PQ's codebooks on raw coordinates: the cone takes its resolution
+    assert report["prescription"]["name"].startswith("center") and report["prescription"]["code_bytes"] == 8
+
+    def recall(index: faiss.Index, space: str) -> float:
+        x, q = spaces[space]
+        return metrics.overlap_at_k(index.search(q.astype(np.float32), 10)[1], exact_rows(x, q, "ip"), 10)
+
+    fixed = faiss.read_index(str(out))  # plain FAISS, no cone code: the repair is inside the file
+    healthy = recall(faiss.read_index(str(folder / "healthy.faiss")), "healthy")
+    assert recall(fixed, "coned") >= 0.9 * healthy
+    assert report["fixed"]["recall_at_10"] == pytest.approx(recall(fixed, "coned"))
+
+
+def test_a_lance_dot_ivf_pq_table_is_prescribed_a_residual_metric_or_centering_with_its_create_index_call(
+    user_indexes, capsys
+):
+    folder, _ = user_indexes
+    report = _doctor_index(
+        capsys, str(folder / "lancedb"), "--table", "docs", "--queries", str(folder / "coned-queries.npy")
+    )
+    assert report["index"]["type"] == "IVF_PQ" and report["index"]["metric"] == "dot"
+    assert report["index"]["code_bytes_per_vector"] == 8 and report["index"]["keeps_float_vectors"]
+    assert report["recall_at_10"] < 0.5  # under dot Lance's PQ quantizes raw coordinates, not residuals
+    by_name = {r["name"]: r for r in report["repairs"]}
+    assert by_name["metric cosine"]["recall_at_10"] > 0.9 and by_name["center"]["recall_at_10"] > 0.9
+    assert report["prescription"]["code_bytes"] == 8 and "create_index(" in report["prescription"]["how"]
+
+
+def test_a_usearch_i8_file_is_named_measured_and_given_its_codecs_cost(user_indexes, capsys):
+    folder, _ = user_indexes
+    argv = [str(folder / "coned.usearch"), "--vectors", str(folder / "coned.npy")]
+    report = _doctor_index(capsys, *argv, "--queries", str(folder / "coned-queries.npy"))
+    assert report["index"]["params"]["codec"] == "i8" and report["index"]["metric"] == "cos"
+    assert report["index"]["code_bytes_per_vector"] == DIM
+    by_name = {r["name"]: r for r in report["repairs"]}
+    assert by_name["codec f16"]["code_bytes"] == 2 * DIM and "center (i8)" in by_name
+    # USearch's i8 keeps this cone's clusters (measured): the doctor says so rather than prescribing a change.
+    assert report["recall_at_10"] >= 0.95 and report["prescription"] is None
+    assert main(["doctor", "--index", *argv, "--no-progress"]) == 0
+    assert "PRESCRIPTION: none needed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["coned.faiss"], "it keeps no float vectors; pass --vectors X.npy"),
+        (["coned.faiss", "--vectors", "healthy-queries.npy"], "--vectors is 150 x 64, the index holds 1500 x 64"),
+        (["coned.npy"], "not a FAISS index file, a Lance folder or a .usearch file"),
+        (["lancedb", "--table", "nope"], "no table 'nope' (it has docs)"),
+        (["coned.faiss", "--vectors", "coned.npy", "--fix", "coned.npy"], "--fix coned.npy: already exists"),
+        (["coned.faiss", "--types", "SQ8"], "--types goes without --index"),
+    ],
+)
+def test_bad_index_input_is_one_line_and_exit_2(user_indexes, argv, message, capsys, monkeypatch):
+    monkeypatch.chdir(user_indexes[0])
+    assert main(["doctor", "--index", *argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
