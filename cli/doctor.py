@@ -23,7 +23,7 @@ from cone.cli.options import (
     positive_int,
     runtime_for,
 )
-from cone.data.loaders import data_dir, load_beir, read_documents
+from cone.data.loaders import data_dir, load_beir, read_documents, read_qrels
 from cone.encoders.registry import MODEL_NAMES, check_model_name, is_lexical, load_encoder
 from cone.errors import InputError
 from cone.eval import doctor, index_doctor
@@ -85,6 +85,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="how many queries (the dataset's, else documents held out of the sample; with --index, documents of the "
         "index; default %(default)s), or a .npy matrix of query vectors (with --vectors or --index)",
     )
+    p.add_argument(
+        "--qrels",
+        type=Path,
+        help="with --vectors and --queries Q.npy: relevance judgments (BEIR's TSV: query-id, corpus-id, score, with "
+        "its header; the ids are row numbers of Q.npy and of --vectors), so each repair is judged by nDCG@10",
+    )
     p.add_argument("--target", type=float, default=0.95, help="recall@10 to keep (default %(default)s)")
     p.add_argument(
         "--types",
@@ -121,7 +127,11 @@ def _sample(args: argparse.Namespace) -> doctor.Sample:
         vectors = doctor.check_vectors(load_matrix(args.vectors), str(args.vectors))
         if args.types is not None:
             doctor.check_types(args.types, vectors.shape[1])
-        return doctor.split_vectors(vectors, args.sample, args.queries, args.seed)
+        if not isinstance(args.queries, Path):
+            return doctor.split_vectors(vectors, args.sample, args.queries, args.seed)
+        queries = _query_matrix(args.queries, vectors.shape[1])
+        qrels = None if args.qrels is None else read_qrels(args.qrels)
+        return doctor.judged_vectors(vectors, queries, qrels, args.sample, args.seed, str(args.queries))
     if args.corpus is None:
         raise InputError("--model needs --corpus (a BEIR folder, a .jsonl or a text file of documents)")
     check_model_name(args.model)
@@ -191,6 +201,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         raise InputError("name what to measure: --model (with --corpus), --vectors X.npy or --index PATH")
     if isinstance(args.queries, Path) and args.vectors is None:
         raise InputError("--queries Q.npy goes with --vectors or --index; with --model, --queries is a number")
+    if args.qrels is not None and not isinstance(args.queries, Path):
+        raise InputError("--qrels goes with --vectors and --queries Q.npy (its ids are their row numbers)")
     inject = pp.parse(args.inject)
     doctor.check_target(args.target)  # before any encoding
     if args.out is not None:
@@ -211,7 +223,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / REPORT).write_text(dump_json(payload) + "\n")
         doctor_figure(result.trials, result.target, args.out / FIGURE)
-    print(dump_json(payload) if args.json else render(result, args.out))
+    print(dump_json(payload) if args.json else render(result, args.out, str(args.vectors or "X.npy")))
     return 0
 
 
@@ -233,7 +245,22 @@ def _findings(d: doctor.Diagnosis) -> list[str]:
     return lines
 
 
-def render(result: doctor.Checkup, out: Path | None) -> str:
+def _suspect(result: doctor.Checkup, source: str) -> list[str]:
+    d = result.diagnosis
+    named = ", ".join(f"{j} ({s:.1%})" for j, s in zip(d.rogue_dims[:8], d.rogue_shares[:8], strict=False))
+    standardize = next(r for r in result.repairs if r.repair == "standardize")
+    return [
+        f"EXACT SEARCH ITSELF IS SUSPECT: coordinates {named} of the variance decide most of every cosine, and every "
+        "recall above is measured against today's exact top 10, rogue coordinates and all.",
+        f"  standardize (each coordinate to unit variance) keeps {standardize.agreement:.3f} of that top 10: it "
+        "changes which documents come first, and only relevance can say which ranking is right (on MiniLM, two "
+        "rogue coordinates x30 broke exact search and standardizing repaired it: docs/results.md).",
+        f"  settle it: cone doctor --vectors {source} --queries Q.npy --qrels qrels.tsv (query-id and corpus-id: "
+        "row numbers of Q.npy and of the vectors)",
+    ]
+
+
+def render(result: doctor.Checkup, out: Path | None, source: str = "X.npy") -> str:
     repairs = list(dict.fromkeys(t.repair for t in result.trials))
     rows = []
     for factory in dict.fromkeys(t.factory for t in result.trials):
@@ -262,6 +289,8 @@ def render(result: doctor.Checkup, out: Path | None) -> str:
         "",
     ]
     lines += [f"not measured: {factory} ({why})" for factory, why in result.untried.items()]
+    if result.exact_suspect:
+        lines += [*_suspect(result, source), ""]
     p = result.prescription
     if p is None:
         lines.append(f"PRESCRIPTION: no type keeps recall@10 ≥ {result.target:g}; keep Flat (exact) vectors")
@@ -289,7 +318,7 @@ def _query_matrix(path: Path, dim: int) -> np.ndarray:
 
 def run_index_doctor(args: argparse.Namespace) -> int:
     """``--index PATH``: the user's own index, measured as it is, and the repair in its store's terms."""
-    for option, value in (("model", args.model), ("corpus", args.corpus), ("types", args.types)):
+    for option, value in (("model", args.model), ("corpus", args.corpus), ("types", args.types), ("qrels", args.qrels)):
         if value is not None:
             raise InputError(f"--{option} goes without --index (the index is measured as it is)")
     if args.inject != "none":

@@ -30,6 +30,9 @@ from cone.indexing.lance import INSTALL, PREFIX, LanceCodes
 
 K = 10
 REPAIRS = ("none", "center", "whiten", "abtt:3", "standardize")
+# At equal bytes and relevance, the repair with the fewest fitted numbers: a mean (d), a mean and scales (2d), a mean
+# and 3 directions (4d), a mean and a d x d matrix.
+SIMPLEST = ("none", "center", "standardize", "abtt:3", "whiten")
 RESCORE_DEPTH = 4 * K  # sentence-transformers' documented rescore multiplier (4) at k = 10
 CONE_PAIR_COSINE = 0.3  # random pairs' mean cosine above this: a cone (healthy encoders sit near 0.0-0.2)
 ROGUE_SHARE = 10.0  # a coordinate with this many times its fair share (1/d) of the variance is rogue
@@ -90,6 +93,10 @@ class RepairEffect:
             return True
         return self.ndcg_delta is not None and (self.ndcg_delta >= 0 or self.ndcg_p >= ALPHA)
 
+    def ranks_better(self) -> bool:
+        """Relevance judgments say this repair's exact ranking is better than today's (paired test, adjusted)."""
+        return self.repair != "none" and self.ndcg_delta is not None and self.ndcg_delta > 0 and self.ndcg_p < ALPHA
+
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
@@ -117,6 +124,12 @@ class Checkup:
     search_params: dict[str, str] = field(default_factory=dict)
     untried: dict[str, str] = field(default_factory=dict)  # type -> why this sample could not build it
 
+    @property
+    def exact_suspect(self) -> bool:
+        """Rogue dimensions are named and no relevance judgments were given: the exact top 10 every recall here is
+        measured against is itself the thing in doubt (a few coordinates decide most of every cosine)."""
+        return "rogue dimensions" in self.diagnosis.findings and self.repairs[0].ndcg_at_10 is None
+
     def to_json(self) -> dict:
         return {
             "n_docs": self.n_docs,
@@ -128,6 +141,7 @@ class Checkup:
             "repairs": [r.to_json() for r in self.repairs],
             "search_params": self.search_params,
             "untried": self.untried,
+            "exact_search_suspect": self.exact_suspect,
             "prescription": None if self.prescription is None else self.prescription.__dict__,
         }
 
@@ -221,13 +235,20 @@ def flat_index(vectors: np.ndarray, metric: int = faiss.METRIC_INNER_PRODUCT) ->
 
 
 def prescribe(trials: list[Trial], repairs: list[RepairEffect], target: float) -> Prescription | None:
-    """The fewest bytes per vector with recall@10 ≥ target, among repairs that keep the model's ranking; at
-    equal bytes no repair wins over one, then recall."""
-    kept = {r.repair for r in repairs if r.acceptable(target)}
+    """The fewest bytes per vector with recall@10 ≥ target, among repairs that keep the model's ranking (or, where
+    relevance says some rank better, among those); at equal bytes the better nDCG@10, then no repair over one and
+    the simpler repair over the more fitted, then recall."""
+    better = {r.repair for r in repairs if r.ranks_better()}
+    # Where relevance says a repair ranks better, today's exact ranking is no longer the one to keep.
+    kept = better or {r.repair for r in repairs if r.acceptable(target)}
+    ndcg = {r.repair: r.ndcg_at_10 or 0.0 for r in repairs}
     passing = [t for t in trials if t.recall_at_10 >= target and t.repair in kept]
     if not passing:
         return None
-    best = min(passing, key=lambda t: (t.bytes_per_vector, t.repair != "none", -t.recall_at_10))
+    best = min(
+        passing,
+        key=lambda t: (t.bytes_per_vector, -ndcg[t.repair], SIMPLEST.index(t.repair), -t.recall_at_10),
+    )
     raw = next((t for t in trials if t.factory == best.factory and t.repair == "none"), None)
     if best.repair == "none":
         reason = f"{best.factory} keeps {best.recall_at_10:.3f} of exact search's top 10 as the vectors are"
@@ -385,10 +406,52 @@ def sample_corpus(
     docs = doc_vectors(picked)
     queries = encode([dataset.queries[q] for q in query_ids])
     qrels = {q: dataset.qrels[q] for q in query_ids}
+    return Sample(docs, queries, f"the dataset's test queries ({dataset.name})", _ndcg(query_ids, picked, qrels))
 
-    def ndcg(rows: np.ndarray) -> float:
+
+def _ndcg(
+    query_ids: list[str], doc_ids: list[str], qrels: dict[str, dict[str, int]]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Each query's nDCG@10 from its top-10 rows of the sampled documents (``doc_ids``: each row's id)."""
+
+    def ndcg(rows: np.ndarray) -> np.ndarray:
         ranked = zip(query_ids, rows, strict=True)
-        run = {q: {picked[r]: float(K - rank) for rank, r in enumerate(row) if r >= 0} for q, row in ranked}
+        run = {q: {doc_ids[r]: float(K - rank) for rank, r in enumerate(row) if r >= 0} for q, row in ranked}
         return metrics.per_query_ndcg(qrels, run)
 
-    return Sample(docs, queries, f"the dataset's test queries ({dataset.name})", ndcg)
+    return ndcg
+
+
+def judged_vectors(
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    qrels: dict[str, dict[str, int]] | None,
+    n_docs: int,
+    seed: int = 0,
+    queries_from: str = "your queries",
+) -> Sample:
+    """A user's own matrix with their own query vectors. With ``qrels`` (ids: row numbers of ``queries`` and of
+    ``vectors``) the judged queries are the queries, every document they judge relevant is in the sample, and each
+    repair is judged by nDCG@10; without, all of ``queries`` against a sample of ``n_docs`` rows."""
+    n = len(vectors)
+    judged: list[int] = []
+    query_rows = list(range(len(queries)))
+    if qrels is not None:
+        try:
+            query_rows = sorted({int(q) for q in qrels})
+            judged = sorted({int(d) for rel in qrels.values() for d, g in rel.items() if g > 0})
+        except ValueError:
+            raise InputError("--qrels: with --vectors, query-id and corpus-id are row numbers (0, 1, ...)") from None
+        if not query_rows or query_rows[0] < 0 or query_rows[-1] >= len(queries):
+            raise InputError(f"--qrels names query rows outside the {len(queries)} rows of --queries")
+        if judged and (judged[0] < 0 or judged[-1] >= n):
+            raise InputError(f"--qrels names document rows outside the {n} rows of --vectors")
+    rng = np.random.default_rng(seed)
+    others = np.setdiff1d(np.arange(n), judged)
+    picked = sorted(judged + [int(r) for r in rng.permutation(others)[: max(0, n_docs - len(judged))]])
+    sample = Sample(np.asarray(vectors[picked]), np.asarray(queries[query_rows]), queries_from)
+    if qrels is None:
+        return sample
+    query_ids = [str(q) for q in query_rows]
+    judged_qrels = {q: qrels[q] for q in query_ids}
+    return replace(sample, ndcg=_ndcg(query_ids, [str(r) for r in picked], judged_qrels))

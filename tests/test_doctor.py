@@ -72,23 +72,6 @@ def test_a_pure_offset_cone_is_named_and_centering_prescribed_for_a_cheaper_inde
     assert p.bytes_per_vector == healthy.prescription.bytes_per_vector  # centering gives the healthy space back
 
 
-def test_rogue_dimensions_are_named_and_standardizing_prescribed_when_qrels_say_it_ranks_better():
-    docs, queries, labels = clustered()
-    rogue = [5, 41]
-    docs[:, rogue] *= 30
-    queries[:, rogue] *= 30
-    without = doctor.checkup(doctor.Sample(docs, queries, "cluster centers"), target=0.9, types=TYPES)
-    assert "rogue dimensions" in without.diagnosis.findings and sorted(without.diagnosis.rogue_dims) == rogue
-    # Without qrels a repair that changes the exact ranking is never prescribed: nothing says it is better.
-    assert without.prescription is None or without.prescription.repair == "none"
-    judged = doctor.checkup(
-        doctor.Sample(docs, queries, "cluster centers", cluster_ndcg(labels)), target=0.9, types=TYPES
-    )
-    standardize = next(r for r in judged.repairs if r.repair == "standardize")
-    assert standardize.ndcg_delta > 0.3 and standardize.ndcg_p < 0.05
-    assert judged.prescription is not None and judged.prescription.repair in ("standardize", "whiten")
-
-
 def test_the_command_prints_a_prescription_and_writes_its_report_and_figure(tmp_path, capsys):
     docs, queries, _ = clustered()
     np.save(tmp_path / "x.npy", offset_cone(np.concatenate([docs, queries])))
@@ -349,3 +332,48 @@ def test_bad_index_input_is_one_line_and_exit_2(user_indexes, argv, message, cap
     assert main(["doctor", "--index", *argv, "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+# --- issue 41, item 5: rogue dimensions, with and without relevance -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rogue_files(tmp_path_factory):
+    """The clustered space with coordinates 5 and 41 scaled x30, its queries, and qrels (a query's cluster is
+    what it should find) by row number: standardizing is known to rank better here."""
+    folder = tmp_path_factory.mktemp("rogue")
+    docs, queries, labels = clustered()
+    for x in (docs, queries):
+        x[:, [5, 41]] *= 30
+    np.save(folder / "x.npy", docs)
+    np.save(folder / "q.npy", queries)
+    lines = ["query-id\tcorpus-id\tscore"] + [f"{labels[r]}\t{r}\t1" for r in range(len(docs))]
+    (folder / "qrels.tsv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_with_qrels_rogue_dimensions_get_standardizing_prescribed(rogue_files, capsys, monkeypatch):
+    monkeypatch.chdir(rogue_files)
+    argv = ["doctor", "--vectors", "x.npy", "--queries", "q.npy", "--qrels", "qrels.tsv", "--types", "Flat,SQ8,BIN"]
+    assert main([*argv, "--target", "0.9", "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(report["diagnosis"]["rogue_dims"]) == [5, 41] and report["n_queries"] == CLUSTERS
+    standardize = next(r for r in report["repairs"] if r["repair"] == "standardize")
+    assert standardize["ndcg_delta"] > 0.3 and standardize["ndcg_p"] < 0.05
+    assert report["prescription"]["repair"] == "standardize" and not report["exact_search_suspect"]
+
+
+def test_without_qrels_rogue_dimensions_make_exact_search_suspect_and_name_the_command_that_settles_it(
+    rogue_files, capsys, monkeypatch
+):
+    monkeypatch.chdir(rogue_files)
+    argv = ["doctor", "--vectors", "x.npy", "--queries", "q.npy", "--types", "Flat,SQ8,BIN", "--out", "out"]
+    assert main([*argv, "--target", "0.9", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "EXACT SEARCH ITSELF IS SUSPECT: coordinates " in out
+    assert "standardize (each coordinate to unit variance) keeps" in out
+    assert "settle it: cone doctor --vectors x.npy --queries Q.npy --qrels qrels.tsv" in out
+    report = json.loads((rogue_files / "out" / "doctor.json").read_text())
+    assert sorted(report["diagnosis"]["rogue_dims"]) == [5, 41] and report["exact_search_suspect"] is True
+    # Without relevance a repair that changes the exact ranking is never prescribed: nothing says it is better.
+    assert report["prescription"] is None or report["prescription"]["repair"] == "none"
