@@ -373,6 +373,7 @@ def render_index(result: index_doctor.IndexCheckup, vectors: Path | None, out: P
                 "repair": r.name,
                 "bytes/vector": round(r.code_bytes, 2),
                 "recall@10": r.recall_at_10,
+                "p vs today": r.p,
                 "code change": r.code_change,
             }
             for r in result.repairs
@@ -388,13 +389,14 @@ def render_index(result: index_doctor.IndexCheckup, vectors: Path | None, out: P
         )
     elif p is None:
         lines.append(
-            f"PRESCRIPTION: no repair {f.store} offers does better than {result.recall_at_10:.3f}; keep float "
-            "vectors (an exact or wider-codec index)"
+            f"PRESCRIPTION: no repair {f.store} offers beats {result.recall_at_10:.3f} by the paired test; below "
+            f"the target {result.target:g}, keep float vectors (an exact index or a wider codec)"
         )
     else:
         short = "" if p.recall_at_10 >= result.target else f" (still below the target {result.target:g})"
         lines.append(
-            f"PRESCRIPTION: {p.name}: {p.how}. recall@10 {result.recall_at_10:.3f} -> {p.recall_at_10:.3f}{short}; "
+            f"PRESCRIPTION: {p.name}: {p.how}. recall@10 {result.recall_at_10:.3f} -> {p.recall_at_10:.3f} "
+            f"(p {p.p:.3g}){short}; "
             f"{_mb(p.code_bytes)} (today {f.code_bytes:,.4g}); code change: {p.code_change}"
         )
     if result.fixed is not None:

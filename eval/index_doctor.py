@@ -13,24 +13,29 @@ then builds the repairs that index's store offers and measures each the same way
 - USearch: a wider codec (f16, bf16), or the same codec on centered vectors (USearch keeps no transform, so the
   user subtracts the mean from each vector and query).
 
-The prescription is the repair with the best recall@10 among the cheapest that reach the target, with its bytes.
+A repair counts only where its per-query recall@10 beats the index's by the paired randomization test (adjusted
+for the repairs tried); the prescription is the cheapest such repair that reaches the target, else the best one,
+with its bytes per vector. Nothing is prescribed to an index that already keeps the target.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
 import faiss
 import numpy as np
+from scipy.stats import false_discovery_control
 
 from cone.errors import InputError
 from cone.eval import metrics
 from cone.eval.doctor import Diagnosis, K, check_vectors, diagnose, flat_index, top_rows
+from cone.eval.significance import ALPHA, paired_p
 from cone.geometry import unit_rows
 from cone.indexing.factory import FloatCodes, sign_codes
 from cone.indexing.lance import lancedb_module
@@ -91,6 +96,7 @@ class Repair:
     code_bytes: float
     recall_at_10: float  # vs exact search of the raw vectors in the index's metric, the raw queries
     code_change: str  # "none", or what the user's code must do differently
+    p: float | None = None  # paired randomization test of its per-query recall against the index's, BH-adjusted
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -371,11 +377,11 @@ def exact_rows(vectors: np.ndarray, queries: np.ndarray, metric: str) -> np.ndar
     raise InputError(f"the index's metric {metric!r} has no exact search here (inner product, l2, cosine)")
 
 
-def recall_at_10(found: Found, vectors: np.ndarray, queries: np.ndarray, exact: np.ndarray | None = None) -> float:
-    """That index's recall@10 against exact search of the same vectors, in its metric (eval.metrics.overlap_at_k,
-    the measure every doctor row uses)."""
-    exact = exact_rows(vectors, queries, found.metric) if exact is None else exact
-    return metrics.overlap_at_k(found.search(queries, K), exact, K)
+def recalls_at_10(found: Found, queries: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """Each query's recall@10 of that index against exact search of the same vectors, in its metric
+    (eval.metrics.overlap_at_k, the measure every doctor row uses, one query at a time for the paired test)."""
+    rows = found.search(queries, K)
+    return np.array([metrics.overlap_at_k(a[None], b[None], K) for a, b in zip(rows, exact, strict=True)])
 
 
 def index_vectors(found: Found, given: np.ndarray | None, name: str = "--vectors") -> np.ndarray:
@@ -586,23 +592,35 @@ def _candidates(found: Found, vectors: np.ndarray) -> list[_Candidate]:
     return _usearch_candidates(found, vectors)
 
 
-def _measured(candidate: _Candidate, path: Path, vectors: np.ndarray, queries: np.ndarray, exact: np.ndarray) -> Repair:
+def _measured(candidate: _Candidate, path: Path, queries: np.ndarray, exact: np.ndarray, today: np.ndarray) -> Repair:
+    """The repair written to ``path``, read back as its store reads it, and measured against the index today."""
     candidate.write(path)
     made = candidate.opened(path)
+    mine = recalls_at_10(made, queries, exact)
     r = candidate.repair
-    return Repair(r.name, r.how, made.code_bytes, recall_at_10(made, vectors, queries, exact), r.code_change)
+    return Repair(r.name, r.how, made.code_bytes, float(mine.mean()), r.code_change, paired_p(today, mine))
+
+
+def _adjusted(repairs: list[Repair]) -> list[Repair]:
+    """The repairs' p-values corrected for their number (Benjamini-Hochberg), as the doctor's and the eval's are."""
+    if len(repairs) < 2:
+        return repairs
+    adjusted = false_discovery_control([r.p for r in repairs])
+    return [replace(r, p=float(p)) for r, p in zip(repairs, adjusted, strict=True)]
 
 
 def prescribe(recall: float, repairs: list[Repair], target: float) -> Repair | None:
-    """None where the index already keeps the target; else the cheapest repair that reaches it (then the best
-    recall), or the best repair where none does."""
-    if recall >= target or not repairs:
+    """None where the index already keeps the target; else, among repairs whose recall is higher by the paired
+    test, the cheapest that reaches the target (then the best recall), or the best where none does."""
+    if recall >= target:
         return None
-    passing = [r for r in repairs if r.recall_at_10 >= target]
+    better = [r for r in repairs if r.recall_at_10 > recall and r.p is not None and r.p < ALPHA]
+    if not better:
+        return None
+    passing = [r for r in better if r.recall_at_10 >= target]
     if passing:
         return min(passing, key=lambda r: (r.code_bytes, -r.recall_at_10))
-    best = max(repairs, key=lambda r: r.recall_at_10)
-    return best if best.recall_at_10 > recall else None
+    return max(better, key=lambda r: r.recall_at_10)
 
 
 def sample_queries(vectors: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
@@ -623,26 +641,34 @@ def checkup_index(
     measured as it was read back."""
     if queries.shape[1] != found.dim:
         raise InputError(f"queries have {queries.shape[1]} dimensions, the index {found.dim}")
-    exact = exact_rows(vectors, queries, found.metric)
-    recall = recall_at_10(found, vectors, queries, exact)
     candidates = _candidates(found, vectors)
-    with tempfile.TemporaryDirectory(prefix="cone-doctor-") as tmp:
-        repairs = [
-            _measured(c, Path(tmp) / f"repair{i}{c.suffix or '.lance'}", vectors, queries, exact)
-            for i, c in enumerate(candidates)
-        ]
-    prescription = prescribe(recall, repairs, target)
-    fixed = None
     if fix is not None:
         if not candidates:
             raise InputError(f"--fix: {found.kind} is an exhaustive scan; there is nothing to repair")
-        chosen = next((c for c, r in zip(candidates, repairs, strict=True) if r is prescription), candidates[-1])
-        made = _measured(chosen, fix, vectors, queries, exact)
-        fixed = {
-            "path": str(fix),
-            "repair": made.name,
-            "recall_at_10": made.recall_at_10,
-            "code_bytes_per_vector": made.code_bytes,
-        }
+        if found.store != "faiss" and fix.suffix != candidates[0].suffix:  # FAISS reads a file by its content
+            raise InputError(f"--fix {fix}: a {found.store} repair is written as NAME{candidates[0].suffix}")
+    exact = exact_rows(vectors, queries, found.metric)
+    today = recalls_at_10(found, queries, exact)
+    recall = float(today.mean())
+    fixed = None
+    with tempfile.TemporaryDirectory(prefix="cone-doctor-") as tmp:
+        paths = [Path(tmp) / f"repair{i}{c.suffix}" for i, c in enumerate(candidates)]
+        repairs = _adjusted(
+            [_measured(c, path, queries, exact, today) for c, path in zip(candidates, paths, strict=True)]
+        )
+        prescription = prescribe(recall, repairs, target)
+        if fix is not None:  # the prescribed repair, or the store's centering where none is prescribed
+            chosen = next((i for i, r in enumerate(repairs) if r is prescription), len(repairs) - 1)
+            copy = shutil.copytree if paths[chosen].is_dir() else shutil.copyfile
+            copy(paths[chosen], fix)
+            made = candidates[chosen].opened(fix)  # read back from where it was written, as its user will
+            mine = recalls_at_10(made, queries, exact)
+            fixed = {
+                "path": str(fix),
+                "repair": repairs[chosen].name,
+                "recall_at_10": float(mine.mean()),
+                "p": paired_p(today, mine),
+                "code_bytes_per_vector": made.code_bytes,
+            }
     diagnosis = diagnose(vectors)
     return IndexCheckup(found, len(queries), queries_from, target, diagnosis, recall, repairs, prescription, fixed)

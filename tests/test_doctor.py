@@ -276,6 +276,7 @@ def test_a_faiss_pq_file_on_coned_vectors_is_named_measured_and_fixed_in_a_file_
     assert report["index"]["code_bytes_per_vector"] == 8 and report["diagnosis"]["findings"] == ["cone"]
     assert report["recall_at_10"] < 0.5  # PQ's codebooks on raw coordinates: the cone takes its resolution
     assert report["prescription"]["name"].startswith("center") and report["prescription"]["code_bytes"] == 8
+    assert report["prescription"]["p"] < 0.05  # better by the paired test over the queries, not by noise
 
     def recall(index: faiss.Index, space: str) -> float:
         x, q = spaces[space]
@@ -288,18 +289,21 @@ def test_a_faiss_pq_file_on_coned_vectors_is_named_measured_and_fixed_in_a_file_
 
 
 def test_a_lance_dot_ivf_pq_table_is_prescribed_a_residual_metric_or_centering_with_its_create_index_call(
-    user_indexes, capsys
+    user_indexes, tmp_path, capsys
 ):
     folder, _ = user_indexes
-    report = _doctor_index(
-        capsys, str(folder / "lancedb"), "--table", "docs", "--queries", str(folder / "coned-queries.npy")
-    )
+    queries = str(folder / "coned-queries.npy")
+    fix = tmp_path / "fixed.lance"
+    report = _doctor_index(capsys, str(folder / "lancedb"), "--table", "docs", "--queries", queries, "--fix", str(fix))
     assert report["index"]["type"] == "IVF_PQ" and report["index"]["metric"] == "dot"
     assert report["index"]["code_bytes_per_vector"] == 8 and report["index"]["keeps_float_vectors"]
     assert report["recall_at_10"] < 0.5  # under dot Lance's PQ quantizes raw coordinates, not residuals
     by_name = {r["name"]: r for r in report["repairs"]}
     assert by_name["metric cosine"]["recall_at_10"] > 0.9 and by_name["center"]["recall_at_10"] > 0.9
     assert report["prescription"]["code_bytes"] == 8 and "create_index(" in report["prescription"]["how"]
+    assert report["fixed"]["repair"] == report["prescription"]["name"] and report["fixed"]["recall_at_10"] > 0.9
+    again = _doctor_index(capsys, str(fix), "--queries", queries)  # the new table, read as a Lance dataset
+    assert again["index"]["metric"] != "dot" or again["recall_at_10"] > 0.9
 
 
 def test_a_usearch_i8_file_is_named_measured_and_given_its_codecs_cost(user_indexes, capsys):
@@ -325,6 +329,10 @@ def test_a_usearch_i8_file_is_named_measured_and_given_its_codecs_cost(user_inde
         (["lancedb", "--table", "nope"], "no table 'nope' (it has docs)"),
         (["coned.faiss", "--vectors", "coned.npy", "--fix", "coned.npy"], "--fix coned.npy: already exists"),
         (["coned.faiss", "--types", "SQ8"], "--types goes without --index"),
+        (
+            ["coned.usearch", "--vectors", "coned.npy", "--fix", "f.faiss"],
+            "a usearch repair is written as NAME.usearch",
+        ),
     ],
 )
 def test_bad_index_input_is_one_line_and_exit_2(user_indexes, argv, message, capsys, monkeypatch):
