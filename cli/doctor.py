@@ -374,11 +374,16 @@ def render_index(result: index_doctor.IndexCheckup, vectors: Path | None, out: P
                 "bytes/vector": round(r.code_bytes, 2),
                 "recall@10": r.recall_at_10,
                 "p vs today": r.p,
+                "its exact top 10 keeps": r.exact_kept,
                 "code change": r.code_change,
             }
             for r in result.repairs
         ]
-        lines += ["", f"what {f.store}'s own repairs keep (each built and measured with the same queries):"]
+        lines += [
+            "",
+            f"what {f.store}'s own repairs keep (each built and measured with the same queries; a centering "
+            "changes the exact ranking itself: how much of today's top 10 its own exact search keeps is its ceiling):",
+        ]
         lines.append(table(rows, list(rows[0])))
     lines.append("")
     p = result.prescription
@@ -396,7 +401,7 @@ def render_index(result: index_doctor.IndexCheckup, vectors: Path | None, out: P
         short = "" if p.recall_at_10 >= result.target else f" (still below the target {result.target:g})"
         lines.append(
             f"PRESCRIPTION: {p.name}: {p.how}. recall@10 {result.recall_at_10:.3f} -> {p.recall_at_10:.3f} "
-            f"(p {p.p:.3g}){short}; "
+            f"(p {p.p:.3g}; its own exact search keeps {p.exact_kept:.3f} of today's top 10){short}; "
             f"{_mb(p.code_bytes)} (today {f.code_bytes:,.4g}); code change: {p.code_change}"
         )
     if result.fixed is not None:

@@ -97,6 +97,7 @@ class Repair:
     recall_at_10: float  # vs exact search of the raw vectors in the index's metric, the raw queries
     code_change: str  # "none", or what the user's code must do differently
     p: float | None = None  # paired randomization test of its per-query recall against the index's, BH-adjusted
+    exact_kept: float | None = None  # how much of today's exact top 10 exact search in its own space keeps: its ceiling
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -403,7 +404,9 @@ class _Candidate:
     repair: Repair  # recall and bytes filled in once measured
     write: Callable[[Path], None]
     opened: Callable[[Path], Found]
-    suffix: str  # of the file or folder it writes ("" for a folder)
+    suffix: str  # of the file or folder it writes
+    centered: bool = False  # it searches (x - mean)/|x - mean| with queries centered alike
+    metric: str | None = None  # the metric it searches in, where not the index's
 
 
 def _centered(vectors: np.ndarray, mean: np.ndarray) -> np.ndarray:
@@ -470,7 +473,8 @@ def _faiss_candidate(found: Found, vectors: np.ndarray) -> _Candidate:
         f"a new index file: IndexPreTransform(CenteringTransform({d}), NormalizationTransform({d})) in front of "
         f"{then}; --fix OUT.faiss writes it"
     )
-    return _Candidate(Repair("center (IndexPreTransform)", how, 0.0, 0.0, change), write, _open_faiss, ".faiss")
+    repair = Repair("center (IndexPreTransform)", how, 0.0, 0.0, change)
+    return _Candidate(repair, write, _open_faiss, ".faiss", centered=True)
 
 
 # LanceDB: the same index type under a residual metric, or over centered vectors.
@@ -505,7 +509,7 @@ def _lance_candidates(found: Found, vectors: np.ndarray) -> list[_Candidate]:
                 made.search = lambda q, k: search(_centered(q, mean), k)
             return made
 
-        return _Candidate(Repair(name, how, 0.0, 0.0, change), write, opened, ".lance")
+        return _Candidate(Repair(name, how, 0.0, 0.0, change), write, opened, ".lance", name == "center", metric)
 
     made = []
     if found.metric == "dot":  # Lance's PQ encodes residuals from the IVF centres only under l2 and cosine
@@ -570,7 +574,7 @@ def _usearch_candidates(found: Found, vectors: np.ndarray) -> list[_Candidate]:
             f'Index(ndim={found.dim}, metric="{found.metric}", dtype="{dtype}", connectivity='
             f"{params['connectivity']})" + (" over (x - mean)/|x - mean|" if name.startswith("center") else "")
         )
-        return _Candidate(Repair(name, how, 0.0, 0.0, change), write, opened, ".usearch")
+        return _Candidate(Repair(name, how, 0.0, 0.0, change), write, opened, ".usearch", name.startswith("center"))
 
     made = [candidate(f"codec {c}", c, vectors, "none: the same calls") for c in USEARCH_WIDER if c != codec]
     made.append(
@@ -592,13 +596,20 @@ def _candidates(found: Found, vectors: np.ndarray) -> list[_Candidate]:
     return _usearch_candidates(found, vectors)
 
 
-def _measured(candidate: _Candidate, path: Path, queries: np.ndarray, exact: np.ndarray, today: np.ndarray) -> Repair:
-    """The repair written to ``path``, read back as its store reads it, and measured against the index today."""
+def _measured(
+    candidate: _Candidate, path: Path, vectors: np.ndarray, queries: np.ndarray, exact: np.ndarray, today: np.ndarray
+) -> Repair:
+    """The repair written to ``path``, read back as its store reads it, and measured against the index today; and
+    how much of today's exact top 10 exact search in the repair's own space keeps (a centering changes the exact
+    ranking itself, so that much of its recall is not the index's to lose)."""
     candidate.write(path)
     made = candidate.opened(path)
     mine = recalls_at_10(made, queries, exact)
+    mean = vectors.mean(axis=0)
+    docs, asked = (_centered(vectors, mean), _centered(queries, mean)) if candidate.centered else (vectors, queries)
+    kept = metrics.overlap_at_k(exact_rows(docs, asked, candidate.metric or made.metric), exact, K)
     r = candidate.repair
-    return Repair(r.name, r.how, made.code_bytes, float(mine.mean()), r.code_change, paired_p(today, mine))
+    return Repair(r.name, r.how, made.code_bytes, float(mine.mean()), r.code_change, paired_p(today, mine), kept)
 
 
 def _adjusted(repairs: list[Repair]) -> list[Repair]:
@@ -654,7 +665,7 @@ def checkup_index(
     with tempfile.TemporaryDirectory(prefix="cone-doctor-") as tmp:
         paths = [Path(tmp) / f"repair{i}{c.suffix}" for i, c in enumerate(candidates)]
         repairs = _adjusted(
-            [_measured(c, path, queries, exact, today) for c, path in zip(candidates, paths, strict=True)]
+            [_measured(c, path, vectors, queries, exact, today) for c, path in zip(candidates, paths, strict=True)]
         )
         prescription = prescribe(recall, repairs, target)
         if fix is not None:  # the prescribed repair, or the store's centering where none is prescribed

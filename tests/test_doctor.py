@@ -277,6 +277,7 @@ def test_a_faiss_pq_file_on_coned_vectors_is_named_measured_and_fixed_in_a_file_
     assert report["recall_at_10"] < 0.5  # PQ's codebooks on raw coordinates: the cone takes its resolution
     assert report["prescription"]["name"].startswith("center") and report["prescription"]["code_bytes"] == 8
     assert report["prescription"]["p"] < 0.05  # better by the paired test over the queries, not by noise
+    assert report["prescription"]["exact_kept"] > 0.9  # centering the clustered space keeps its exact top 10
 
     def recall(index: faiss.Index, space: str) -> float:
         x, q = spaces[space]
@@ -300,6 +301,7 @@ def test_a_lance_dot_ivf_pq_table_is_prescribed_a_residual_metric_or_centering_w
     assert report["recall_at_10"] < 0.5  # under dot Lance's PQ quantizes raw coordinates, not residuals
     by_name = {r["name"]: r for r in report["repairs"]}
     assert by_name["metric cosine"]["recall_at_10"] > 0.9 and by_name["center"]["recall_at_10"] > 0.9
+    assert by_name["metric cosine"]["exact_kept"] == 1.0  # on unit rows cosine ranks exactly as dot
     assert report["prescription"]["code_bytes"] == 8 and "create_index(" in report["prescription"]["how"]
     assert report["fixed"]["repair"] == report["prescription"]["name"] and report["fixed"]["recall_at_10"] > 0.9
     again = _doctor_index(capsys, str(fix), "--queries", queries)  # the new table, read as a Lance dataset
