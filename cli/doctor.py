@@ -120,6 +120,10 @@ def queries_option(text: str) -> int | Path:
     return positive_int(text) if text.strip().lstrip("-").isdigit() else Path(text)
 
 
+def _queries_file(args: argparse.Namespace) -> Path:
+    return args.queries if isinstance(args.queries, Path) else Path("Q.npy")
+
+
 def _sample(args: argparse.Namespace) -> doctor.Sample:
     if args.vectors is not None:
         if args.corpus is not None:
@@ -223,7 +227,10 @@ def run_doctor(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / REPORT).write_text(dump_json(payload) + "\n")
         doctor_figure(result.trials, result.target, args.out / FIGURE)
-    print(dump_json(payload) if args.json else render(result, args.out, str(args.vectors or "X.npy")))
+    if args.json:
+        print(dump_json(payload))
+    else:
+        print(render(result, args.out, str(args.vectors or "X.npy"), str(_queries_file(args))))
     return 0
 
 
@@ -245,7 +252,7 @@ def _findings(d: doctor.Diagnosis) -> list[str]:
     return lines
 
 
-def _suspect(result: doctor.Checkup, source: str) -> list[str]:
+def _suspect(result: doctor.Checkup, source: str, queries: str) -> list[str]:
     d = result.diagnosis
     named = ", ".join(f"{j} ({s:.1%})" for j, s in zip(d.rogue_dims[:8], d.rogue_shares[:8], strict=False))
     standardize = next(r for r in result.repairs if r.repair == "standardize")
@@ -255,12 +262,12 @@ def _suspect(result: doctor.Checkup, source: str) -> list[str]:
         f"  standardize (each coordinate to unit variance) keeps {standardize.agreement:.3f} of that top 10: it "
         "changes which documents come first, and only relevance can say which ranking is right (on MiniLM, two "
         "rogue coordinates x30 broke exact search and standardizing repaired it: docs/results.md).",
-        f"  settle it: cone doctor --vectors {source} --queries Q.npy --qrels qrels.tsv (query-id and corpus-id: "
-        "row numbers of Q.npy and of the vectors)",
+        f"  settle it: cone doctor --vectors {source} --queries {queries} --qrels qrels.tsv (query-id and corpus-id: "
+        "row numbers of the queries and of the vectors)",
     ]
 
 
-def render(result: doctor.Checkup, out: Path | None, source: str = "X.npy") -> str:
+def render(result: doctor.Checkup, out: Path | None, source: str = "X.npy", queries: str = "Q.npy") -> str:
     repairs = list(dict.fromkeys(t.repair for t in result.trials))
     rows = []
     for factory in dict.fromkeys(t.factory for t in result.trials):
@@ -290,7 +297,7 @@ def render(result: doctor.Checkup, out: Path | None, source: str = "X.npy") -> s
     ]
     lines += [f"not measured: {factory} ({why})" for factory, why in result.untried.items()]
     if result.exact_suspect:
-        lines += [*_suspect(result, source), ""]
+        lines += [*_suspect(result, source, queries), ""]
     p = result.prescription
     if p is None:
         lines.append(f"PRESCRIPTION: no type keeps recall@10 ≥ {result.target:g}; keep Flat (exact) vectors")

@@ -382,7 +382,7 @@ def test_without_qrels_rogue_dimensions_make_exact_search_suspect_and_name_the_c
     out = capsys.readouterr().out
     assert "EXACT SEARCH ITSELF IS SUSPECT: coordinates " in out
     assert "standardize (each coordinate to unit variance) keeps" in out
-    assert "settle it: cone doctor --vectors x.npy --queries Q.npy --qrels qrels.tsv" in out
+    assert "settle it: cone doctor --vectors x.npy --queries q.npy --qrels qrels.tsv" in out
     report = json.loads((rogue_files / "out" / "doctor.json").read_text())
     assert sorted(report["diagnosis"]["rogue_dims"]) == [5, 41] and report["exact_search_suspect"] is True
     # Without relevance a repair that changes the exact ranking is never prescribed: nothing says it is better.
