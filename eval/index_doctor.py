@@ -158,9 +158,9 @@ def _read_faiss(path: Path) -> tuple[object, bool]:
 
 
 def _innermost(index: faiss.Index) -> faiss.Index:
-    """The index that keeps the codes, past every transform chain in front of it."""
+    """The index that keeps the codes, past every transform chain and id map in front of it."""
     index = faiss.downcast_index(index)
-    while isinstance(index, faiss.IndexPreTransform):
+    while isinstance(index, faiss.IndexPreTransform | faiss.IndexIDMap | faiss.IndexIDMap2):
         index = faiss.downcast_index(index.index)
     return index
 
@@ -217,6 +217,9 @@ def _open_faiss(path: Path) -> Found:
             None,
             index,
         )
+    id_map = getattr(faiss.downcast_index(index), "id_map", None)
+    if id_map is not None and not np.array_equal(faiss.vector_to_array(id_map), np.arange(index.ntotal)):
+        raise InputError(f"--index {path}: its ids are not 0..N-1, so they cannot name rows of --vectors")
     inner = _innermost(index)
     vectors = None
     if isinstance(index, faiss.IndexFlat):  # exact vectors kept as they were added
@@ -428,6 +431,8 @@ def _untrain(index: faiss.Index) -> None:
             if type(transform).__name__ in _RETRAINED_TRANSFORMS:
                 transform.is_trained = False
         _untrain(index.index)
+    if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2):
+        _untrain(index.index)
     if isinstance(index, faiss.IndexIVF):
         index.quantizer.reset()  # an IVF keeps a filled quantizer as trained centroids
     storage = getattr(index, "storage", None)
@@ -437,6 +442,13 @@ def _untrain(index: faiss.Index) -> None:
         index.do_polysemous_training = False  # renumbers centroids for Hamming filters; no code or result changes
     if not isinstance(index, faiss.IndexFlat):
         index.is_trained = False
+
+
+def _has_id_map(index: faiss.Index) -> bool:
+    index = faiss.downcast_index(index)
+    while isinstance(index, faiss.IndexPreTransform):
+        index = faiss.downcast_index(index.index)
+    return isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2)
 
 
 def _copy(index: faiss.Index) -> faiss.Index:
@@ -466,7 +478,11 @@ def _faiss_candidate(found: Found, vectors: np.ndarray) -> _Candidate:
             fixed.prepend_transform(transform)
         with native_stdout_silenced():
             fixed.train(np.ascontiguousarray(vectors, dtype=np.float32))
-        fixed.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        rows = np.ascontiguousarray(vectors, dtype=np.float32)
+        if _has_id_map(fixed):  # ids as today's, row i = id i: an id map takes them only with add_with_ids
+            fixed.add_with_ids(rows, np.arange(len(rows), dtype=np.int64))
+        else:
+            fixed.add(rows)
         faiss.write_index(fixed, str(path))
 
     how = (

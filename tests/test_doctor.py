@@ -387,3 +387,32 @@ def test_without_qrels_rogue_dimensions_make_exact_search_suspect_and_name_the_c
     assert sorted(report["diagnosis"]["rogue_dims"]) == [5, 41] and report["exact_search_suspect"] is True
     # Without relevance a repair that changes the exact ranking is never prescribed: nothing says it is better.
     assert report["prescription"] is None or report["prescription"]["repair"] == "none"
+
+
+@pytest.mark.parametrize("factory", ["PCA32,IVF16,PQ8x4", "IDMap2,PQ8x4", "HNSW16", "BIN"])
+def test_any_faiss_structure_is_read_and_repaired_in_a_file_plain_faiss_loads(factory, user_indexes, tmp_path, capsys):
+    """IndexPreTransform chains, id maps, graphs and binary codes: the repair keeps the structure (a binary index
+    becomes IndexLSH behind the centering: the same bits per vector, float queries)."""
+    import faiss
+
+    from cone.indexing.factory import sign_codes
+
+    folder, spaces = user_indexes
+    x = spaces["coned"][0].astype(np.float32)
+    path = tmp_path / "user.faiss"
+    if factory == "BIN":
+        index = faiss.IndexBinaryFlat(DIM)
+        index.add(sign_codes(x))
+        faiss.write_index_binary(index, str(path))
+    else:
+        index = faiss.index_factory(DIM, factory, faiss.METRIC_INNER_PRODUCT)
+        index.train(x)
+        index.add_with_ids(x, np.arange(len(x))) if factory.startswith("IDMap") else index.add(x)
+        faiss.write_index(index, str(path))
+    out = tmp_path / "fixed.faiss"
+    argv = [str(path), "--vectors", str(folder / "coned.npy"), "--queries", str(folder / "coned-queries.npy")]
+    report = _doctor_index(capsys, *argv, "--fix", str(out))
+    assert report["index"]["metric"] == ("hamming" if factory == "BIN" else "inner product")
+    assert report["fixed"]["recall_at_10"] >= report["recall_at_10"]
+    assert report["fixed"]["code_bytes_per_vector"] == report["index"]["code_bytes_per_vector"]
+    assert faiss.read_index(str(out)).ntotal == len(x)
