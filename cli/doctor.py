@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import tempfile
+import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -19,14 +23,15 @@ from cone.cli.options import (
     positive_int,
     runtime_for,
 )
-from cone.data.loaders import data_dir, load_beir, read_documents
+from cone.data.loaders import data_dir, load_beir, read_documents, read_qrels
 from cone.encoders.registry import MODEL_NAMES, check_model_name, is_lexical, load_encoder
 from cone.errors import InputError
-from cone.eval import doctor
+from cone.eval import doctor, index_doctor
 from cone.eval.figures import doctor_figure
+from cone.geometry import as_matrix
 from cone.indexing import postprocess as pp
 from cone.indexing.dense import corpus_vectors
-from cone.output import dump_json, table
+from cone.output import dump_json, native_stderr_collected, table
 
 REPORT = "doctor.json"
 FIGURE = "doctor.png"
@@ -44,9 +49,28 @@ def register(commands: argparse._SubParsersAction) -> None:
         "cheapest type + repair that keeps recall@10 at --target (a repair only where it lets a cheaper type pass "
         "and keeps the model's ranking). No qrels needed; a BEIR folder's test queries and qrels add nDCG@10.",
     )
-    source = p.add_mutually_exclusive_group(required=True)
+    source = p.add_mutually_exclusive_group()
     source.add_argument("--model", help=f"the encoder: {', '.join(m for m in MODEL_NAMES if m != 'bm25')} or st:PATH")
-    source.add_argument("--vectors", type=Path, help="a saved (N, d) .npy matrix of document vectors instead")
+    source.add_argument(
+        "--vectors",
+        type=Path,
+        help="a saved (N, d) .npy matrix of document vectors instead; with --index, the vectors the index was built "
+        "from (row i = id i), where it keeps no float vectors",
+    )
+    p.add_argument(
+        "--index",
+        type=Path,
+        help="the index you already have, measured as it is: a FAISS index file (IndexPreTransform chains and binary "
+        "indexes too), a Lance dataset folder or a LanceDB folder (with --table), or a USearch .usearch file",
+    )
+    p.add_argument("--table", help="with --index on a LanceDB folder: the table (default: its only one)")
+    p.add_argument(
+        "--fix",
+        type=Path,
+        metavar="OUT",
+        help="with --index: write the prescribed repair there (a FAISS file, a Lance dataset folder NAME.lance, a "
+        ".usearch file) and measure it as read back",
+    )
     p.add_argument(
         "--corpus",
         type=Path,
@@ -56,9 +80,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--sample", type=positive_int, default=5000, help="documents measured (default %(default)s)")
     p.add_argument(
         "--queries",
-        type=positive_int,
+        type=queries_option,
         default=200,
-        help="queries (the dataset's, else documents held out of the sample; default %(default)s)",
+        help="how many queries (the dataset's, else documents held out of the sample; with --index, documents of the "
+        "index; default %(default)s), or a .npy matrix of query vectors (with --vectors or --index)",
+    )
+    p.add_argument(
+        "--qrels",
+        type=Path,
+        help="with --vectors and --queries Q.npy: relevance judgments (BEIR's TSV: query-id, corpus-id, score, with "
+        "its header; the ids are row numbers of Q.npy and of --vectors), so each repair is judged by nDCG@10",
     )
     p.add_argument("--target", type=float, default=0.95, help="recall@10 to keep (default %(default)s)")
     p.add_argument(
@@ -84,11 +115,27 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_doctor)
 
 
+def queries_option(text: str) -> int | Path:
+    """``--queries 200`` (how many) or ``--queries Q.npy`` (the query vectors)."""
+    return positive_int(text) if text.strip().lstrip("-").isdigit() else Path(text)
+
+
+def _queries_file(args: argparse.Namespace) -> Path:
+    return args.queries if isinstance(args.queries, Path) else Path("Q.npy")
+
+
 def _sample(args: argparse.Namespace) -> doctor.Sample:
     if args.vectors is not None:
         if args.corpus is not None:
             raise InputError("--corpus goes with --model; --vectors are measured as they are")
-        return doctor.split_vectors(load_matrix(args.vectors), args.sample, args.queries, args.seed)
+        vectors = doctor.check_vectors(load_matrix(args.vectors), str(args.vectors))
+        if args.types is not None:
+            doctor.check_types(args.types, vectors.shape[1])
+        if not isinstance(args.queries, Path):
+            return doctor.split_vectors(vectors, args.sample, args.queries, args.seed)
+        queries = _query_matrix(args.queries, vectors.shape[1])
+        qrels = None if args.qrels is None else read_qrels(args.qrels)
+        return doctor.judged_vectors(vectors, queries, qrels, args.sample, args.seed, str(args.queries))
     if args.corpus is None:
         raise InputError("--model needs --corpus (a BEIR folder, a .jsonl or a text file of documents)")
     check_model_name(args.model)
@@ -99,6 +146,8 @@ def _sample(args: argparse.Namespace) -> doctor.Sample:
     dataset = load_beir(args.corpus.parent, str(args.corpus.resolve())) if is_beir else None
     runtime = runtime_for(args.backend, args.quantize, args.model, data_dir())
     encoder = load_encoder(args.model, args.checkpoints, args.layer, runtime)
+    if args.types is not None:
+        doctor.check_types(args.types, encoder.dim)  # before any encoding
 
     def encode(texts: list[str]) -> np.ndarray:
         return encoder.encode(texts, progress=not args.no_progress)
@@ -123,21 +172,65 @@ def _injected(sample: doctor.Sample, spec: str) -> doctor.Sample:
     )
 
 
+def check_writable(folder: Path) -> None:
+    """``--out`` can take files, found before any work (not after a whole checkup, as a traceback)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise InputError(f"--out {folder}: cannot write there ({exc.strerror or exc})") from None
+
+
+def summarized_warnings(caught: list[warnings.WarningMessage], native: list[str]) -> str | None:
+    """The libraries' warnings (Python's, and the lines native code wrote to stderr) in one line: how many, of
+    which kinds, the most frequent."""
+    said = [f"{w.category.__name__}: {str(w.message).splitlines()[0][:100]}" for w in caught]
+    said += [line.strip()[:100] for line in native]
+    if not said:
+        return None
+    kinds = Counter(said)
+    common, count = kinds.most_common(1)[0]
+    kinds_said = f"{len(kinds)} kind{'s' * (len(kinds) > 1)}"
+    return f"{len(said):,} warnings from libraries while measuring ({kinds_said}; most often, {count:,}×: {common})"
+
+
 def run_doctor(args: argparse.Namespace) -> int:
+    if args.index is not None:
+        return run_index_doctor(args)
+    for option in ("table", "fix"):
+        if getattr(args, option) is not None:
+            raise InputError(f"--{option} goes with --index")
+    if args.model is None and args.vectors is None:
+        raise InputError("name what to measure: --model (with --corpus), --vectors X.npy or --index PATH")
+    if isinstance(args.queries, Path) and args.vectors is None:
+        raise InputError("--queries Q.npy goes with --vectors or --index; with --model, --queries is a number")
+    if args.qrels is not None and not isinstance(args.queries, Path):
+        raise InputError("--qrels goes with --vectors and --queries Q.npy (its ids are their row numbers)")
     inject = pp.parse(args.inject)
     doctor.check_target(args.target)  # before any encoding
-    sample = _sample(args)
-    if inject != "none":
-        sample = _injected(sample, inject)
-    total = doctor.steps(args.types, len(sample.docs), sample.docs.shape[1])
-    with tqdm(total=total, desc="index types x repairs", unit="build", disable=args.no_progress) as bar:
-        result = doctor.checkup(sample, args.target, args.types, lambda: bar.update(1))
+    if args.out is not None:
+        check_writable(args.out)
+    with warnings.catch_warnings(record=True) as caught, native_stderr_collected() as native:
+        warnings.simplefilter("always")
+        sample = _sample(args)
+        if inject != "none":
+            sample = _injected(sample, inject)
+        total = doctor.steps(args.types, len(sample.docs), sample.docs.shape[1])
+        with tqdm(total=total, desc="index types x repairs", unit="build", disable=args.no_progress) as bar:
+            result = doctor.checkup(sample, args.target, args.types, lambda: bar.update(1))
+    summary = summarized_warnings(caught, native)
+    if summary is not None:
+        print(summary, file=sys.stderr)
     payload = {"source": args.model or str(args.vectors), "injected": inject, **result.to_json()}
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / REPORT).write_text(dump_json(payload) + "\n")
         doctor_figure(result.trials, result.target, args.out / FIGURE)
-    print(dump_json(payload) if args.json else render(result, args.out))
+    if args.json:
+        print(dump_json(payload))
+    else:
+        print(render(result, args.out, str(args.vectors or "X.npy"), str(_queries_file(args))))
     return 0
 
 
@@ -159,7 +252,22 @@ def _findings(d: doctor.Diagnosis) -> list[str]:
     return lines
 
 
-def render(result: doctor.Checkup, out: Path | None) -> str:
+def _suspect(result: doctor.Checkup, source: str, queries: str) -> list[str]:
+    d = result.diagnosis
+    named = ", ".join(f"{j} ({s:.1%})" for j, s in zip(d.rogue_dims[:8], d.rogue_shares[:8], strict=False))
+    standardize = next(r for r in result.repairs if r.repair == "standardize")
+    return [
+        f"EXACT SEARCH ITSELF IS SUSPECT: coordinates {named} of the variance decide most of every cosine, and every "
+        "recall above is measured against today's exact top 10, rogue coordinates and all.",
+        f"  standardize (each coordinate to unit variance) keeps {standardize.agreement:.3f} of that top 10: it "
+        "changes which documents come first, and only relevance can say which ranking is right (on MiniLM, two "
+        "rogue coordinates x30 broke exact search and standardizing repaired it: docs/results.md).",
+        f"  settle it: cone doctor --vectors {source} --queries {queries} --qrels qrels.tsv (query-id and corpus-id: "
+        "row numbers of the queries and of the vectors)",
+    ]
+
+
+def render(result: doctor.Checkup, out: Path | None, source: str = "X.npy", queries: str = "Q.npy") -> str:
     repairs = list(dict.fromkeys(t.repair for t in result.trials))
     rows = []
     for factory in dict.fromkeys(t.factory for t in result.trials):
@@ -187,6 +295,9 @@ def render(result: doctor.Checkup, out: Path | None) -> str:
         *effects,
         "",
     ]
+    lines += [f"not measured: {factory} ({why})" for factory, why in result.untried.items()]
+    if result.exact_suspect:
+        lines += [*_suspect(result, source, queries), ""]
     p = result.prescription
     if p is None:
         lines.append(f"PRESCRIPTION: no type keeps recall@10 ≥ {result.target:g}; keep Flat (exact) vectors")
@@ -198,4 +309,114 @@ def render(result: doctor.Checkup, out: Path | None) -> str:
         )
     if out is not None:
         lines.append(f"report and figure: {out / REPORT}, {out / FIGURE}")
+    return "\n".join(lines)
+
+
+def _query_matrix(path: Path, dim: int) -> np.ndarray:
+    matrix = load_matrix(path)  # a missing or unreadable file is refused naming it
+    try:
+        queries = as_matrix(matrix)
+    except InputError as exc:
+        raise InputError(f"--queries {path}: {exc}") from None
+    if queries.shape[1] != dim:
+        raise InputError(f"--queries {path} has {queries.shape[1]} dimensions, the vectors {dim}")
+    return np.ascontiguousarray(queries, dtype=np.float32)
+
+
+def run_index_doctor(args: argparse.Namespace) -> int:
+    """``--index PATH``: the user's own index, measured as it is, and the repair in its store's terms."""
+    for option, value in (("model", args.model), ("corpus", args.corpus), ("types", args.types), ("qrels", args.qrels)):
+        if value is not None:
+            raise InputError(f"--{option} goes without --index (the index is measured as it is)")
+    if args.inject != "none":
+        raise InputError("--inject goes without --index (the index is measured as it is)")
+    doctor.check_target(args.target)
+    if args.out is not None:
+        check_writable(args.out)
+    if args.fix is not None:
+        if args.fix.exists():
+            raise InputError(f"--fix {args.fix}: already exists; name a new file or folder")
+        check_writable(args.fix.parent)
+    found = index_doctor.open_index(args.index, args.table)
+    given = None if args.vectors is None else doctor.check_vectors(load_matrix(args.vectors), str(args.vectors))
+    vectors = index_doctor.index_vectors(found, given)
+    if isinstance(args.queries, Path):
+        queries, queries_from = _query_matrix(args.queries, found.dim), str(args.queries)
+    else:
+        queries = index_doctor.sample_queries(vectors, args.queries, args.seed)
+        queries_from = f"{len(queries):,} of the indexed vectors (seed {args.seed}), each also a document"
+    with warnings.catch_warnings(record=True) as caught, native_stderr_collected() as native:
+        warnings.simplefilter("always")
+        result = index_doctor.checkup_index(found, vectors, queries, queries_from, args.target, args.fix)
+    summary = summarized_warnings(caught, native)
+    if summary is not None:
+        print(summary, file=sys.stderr)
+    payload = {"vectors_from": str(args.vectors) if args.vectors else "the index", **result.to_json()}
+    if args.out is not None:
+        (args.out / REPORT).write_text(dump_json(payload) + "\n")
+    print(dump_json(payload) if args.json else render_index(result, args.vectors, args.out))
+    return 0
+
+
+def _mb(code_bytes: float) -> str:
+    return f"{code_bytes:,.4g} bytes of code per vector, {code_bytes * 1e6 / 2**20:,.1f} MB per million"
+
+
+def render_index(result: index_doctor.IndexCheckup, vectors: Path | None, out: Path | None) -> str:
+    f = result.found
+    params = ", ".join(f"{k} {v}" for k, v in f.params.items())
+    exact = "the cosine of the float vectors its bits were taken from" if f.metric == "hamming" else f.metric
+    lines = [
+        f"INDEX: {f.store} {f.kind}, metric {f.metric}, {f.ntotal:,} vectors of d {f.dim}; {params}",
+        f"  {_mb(f.code_bytes)}",
+        f"vectors: {vectors if vectors is not None else 'kept in the index'}; queries: {result.queries_from}",
+        *_findings(result.diagnosis),
+        "",
+        f"recall@10 of this index against exact search ({exact}) of the same vectors: {result.recall_at_10:.3f}",
+    ]
+    if result.repairs:
+        rows = [
+            {
+                "repair": r.name,
+                "bytes/vector": round(r.code_bytes, 2),
+                "recall@10": r.recall_at_10,
+                "p vs today": r.p,
+                "its exact top 10 keeps": r.exact_kept,
+                "code change": r.code_change,
+            }
+            for r in result.repairs
+        ]
+        lines += [
+            "",
+            f"what {f.store}'s own repairs keep (each built and measured with the same queries; a centering "
+            "changes the exact ranking itself: how much of today's top 10 its own exact search keeps is its ceiling):",
+        ]
+        lines.append(table(rows, list(rows[0])))
+    lines.append("")
+    p = result.prescription
+    if result.recall_at_10 >= result.target:
+        lines.append(
+            f"PRESCRIPTION: none needed: this index keeps {result.recall_at_10:.3f} of exact search's top 10 "
+            f"(target {result.target:g})"
+        )
+    elif p is None:
+        lines.append(
+            f"PRESCRIPTION: no repair {f.store} offers beats {result.recall_at_10:.3f} by the paired test; below "
+            f"the target {result.target:g}, keep float vectors (an exact index or a wider codec)"
+        )
+    else:
+        short = "" if p.recall_at_10 >= result.target else f" (still below the target {result.target:g})"
+        lines.append(
+            f"PRESCRIPTION: {p.name}: {p.how}. recall@10 {result.recall_at_10:.3f} -> {p.recall_at_10:.3f} "
+            f"(p {p.p:.3g}; its own exact search keeps {p.exact_kept:.3f} of today's top 10){short}; "
+            f"{_mb(p.code_bytes)} (today {f.code_bytes:,.4g}); code change: {p.code_change}"
+        )
+    if result.fixed is not None:
+        x = result.fixed
+        lines.append(
+            f"FIXED: {x['path']} ({x['repair']}), read back: recall@10 {x['recall_at_10']:.3f}, "
+            f"{_mb(x['code_bytes_per_vector'])}"
+        )
+    if out is not None:
+        lines.append(f"report: {out / REPORT}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, redirect_stdout
 
@@ -99,6 +100,41 @@ def stdout_to_stderr() -> Iterator[None]:
     sys.stderr.flush()
     with _stdout_fd_to(2), redirect_stdout(sys.stderr):
         yield
+
+
+@contextmanager
+def native_stderr_collected() -> Iterator[list[str]]:
+    """What native code writes to stderr (FAISS's clustering warnings, one per training, come by the thousand)
+    collected into the list it yields, once the block ends, instead of streamed; Python's own ``sys.stderr``
+    (progress bars, the cli's lines) still reaches the terminal where it was the process's stderr."""
+    libc = ctypes.CDLL(None)
+    sys.stderr.flush()
+    libc.fflush(None)
+    lines: list[str] = []
+    saved = os.dup(2)
+    python_stderr = sys.stderr
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        if _is_fd(python_stderr, 2):
+            sys.stderr = open(os.dup(saved), "w", buffering=1, encoding=python_stderr.encoding, errors="replace")  # noqa: SIM115
+        try:
+            yield lines
+        finally:
+            libc.fflush(None)
+            if sys.stderr is not python_stderr:
+                sys.stderr.close()
+                sys.stderr = python_stderr
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
+
+
+def _is_fd(stream: object, fd: int) -> bool:
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):  # pytest's capture, a StringIO: not a file descriptor
+        return False
 
 
 def git_commit() -> str:

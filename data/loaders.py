@@ -174,7 +174,7 @@ def read_text(path: Path) -> str:
         raise InputError(f"{path}:{line}: not valid UTF-8") from None
 
 
-def _qrels(path: Path) -> dict[str, dict[str, int]]:
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     if not path.is_file():
         raise InputError(f"{path}: not found")
     qrels: dict[str, dict[str, int]] = {}
@@ -233,7 +233,7 @@ def load_beir(root: Path, name: str = "scifact", split: str = "test") -> Retriev
     dataset = load_corpus(root, name)
     folder = dataset_folder(root, name)
     queries = {str(r.id): r.text for r in read_jsonl(folder / "queries.jsonl", BeirRecord)}
-    qrels = _qrels(folder / "qrels" / f"{split}.tsv")
+    qrels = read_qrels(folder / "qrels" / f"{split}.tsv")
     dataset.queries, dataset.qrels = queries, {q: docs for q, docs in qrels.items() if q in queries}
     return dataset
 

@@ -21,14 +21,18 @@ from cone.data.loaders import RetrievalDataset, doc_text
 from cone.errors import InputError
 from cone.eval import metrics
 from cone.eval.significance import ALPHA, paired_p
-from cone.geometry import measure, pair_cosines, spread, unit_rows
+from cone.geometry import as_matrix, measure, pair_cosines, spread, unit_rows
+from cone.geometry.instruments import refuse_unmeasurable_rows
 from cone.geometry.summary import Geometry
 from cone.indexing import postprocess as pp
-from cone.indexing.factory import BinaryCodes, Codes, FloatCodes, build_codes, parse_factory
-from cone.indexing.lance import PREFIX, LanceCodes
+from cone.indexing.factory import BinaryCodes, Codes, FloatCodes, build_codes, make_faiss, parse_factory
+from cone.indexing.lance import INSTALL, PREFIX, LanceCodes
 
 K = 10
 REPAIRS = ("none", "center", "whiten", "abtt:3", "standardize")
+# At equal bytes and relevance, the repair with the fewest fitted numbers: a mean (d), a mean and scales (2d), a mean
+# and 3 directions (4d), a mean and a d x d matrix.
+SIMPLEST = ("none", "center", "standardize", "abtt:3", "whiten")
 RESCORE_DEPTH = 4 * K  # sentence-transformers' documented rescore multiplier (4) at k = 10
 CONE_PAIR_COSINE = 0.3  # random pairs' mean cosine above this: a cone (healthy encoders sit near 0.0-0.2)
 ROGUE_SHARE = 10.0  # a coordinate with this many times its fair share (1/d) of the variance is rogue
@@ -89,6 +93,10 @@ class RepairEffect:
             return True
         return self.ndcg_delta is not None and (self.ndcg_delta >= 0 or self.ndcg_p >= ALPHA)
 
+    def ranks_better(self) -> bool:
+        """Relevance judgments say this repair's exact ranking is better than today's (paired test, adjusted)."""
+        return self.repair != "none" and self.ndcg_delta is not None and self.ndcg_delta > 0 and self.ndcg_p < ALPHA
+
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
@@ -114,6 +122,13 @@ class Checkup:
     repairs: list[RepairEffect]
     prescription: Prescription | None
     search_params: dict[str, str] = field(default_factory=dict)
+    untried: dict[str, str] = field(default_factory=dict)  # type -> why this sample could not build it
+
+    @property
+    def exact_suspect(self) -> bool:
+        """Rogue dimensions are named and no relevance judgments were given: the exact top 10 every recall here is
+        measured against is itself the thing in doubt (a few coordinates decide most of every cosine)."""
+        return "rogue dimensions" in self.diagnosis.findings and self.repairs[0].ndcg_at_10 is None
 
     def to_json(self) -> dict:
         return {
@@ -125,6 +140,8 @@ class Checkup:
             "trials": [t.to_json() for t in self.trials],
             "repairs": [r.to_json() for r in self.repairs],
             "search_params": self.search_params,
+            "untried": self.untried,
+            "exact_search_suspect": self.exact_suspect,
             "prescription": None if self.prescription is None else self.prescription.__dict__,
         }
 
@@ -172,26 +189,34 @@ def bytes_per_vector(codes: Codes, dim: int, n: int) -> float:
     return (full - faiss.serialize_index(empty).size) / n
 
 
-def _top_rows(codes: Codes, queries: np.ndarray) -> np.ndarray:
+def top_rows(codes: Codes, queries: np.ndarray) -> np.ndarray:
     return codes.search(queries, K)[1]
 
 
 def _trials(
-    docs: np.ndarray, queries: np.ndarray, types: list[str], params: dict[str, str], ndcg: Callable | None, step
+    docs: np.ndarray,
+    queries: np.ndarray,
+    types: list[str],
+    params: dict[str, str],
+    ndcg: Callable | None,
+    step: Callable[[], None],
+    untried: dict[str, str],
 ) -> Iterator[tuple[Trial, np.ndarray]]:
     """Every type over every repair: its recall@10 against exact search of the same (repaired) vectors, and its
-    exact top 10 when the type is Flat (to compare a repair's own ranking with the raw one)."""
+    exact top 10 when the type is Flat (to compare a repair's own ranking with the raw one). A type this sample
+    cannot train (PQ's 256 centroids on 40 vectors) goes into ``untried`` with FAISS's reason."""
     for repair in REPAIRS:
         fitted = pp.fit(docs, repair)
         d, q = unit_rows(pp.apply(docs, fitted)), unit_rows(pp.apply(queries, fitted))
-        exact = _top_rows(FloatCodes(_flat(d)), q)
+        exact = top_rows(FloatCodes(flat_index(d)), q)
         for factory in types:
             try:
                 codes = build_codes(d, factory, params.get(factory, ""))
-            except InputError:  # a type this sample cannot train (PQ's 256 centroids on 40 vectors): not offered
+            except InputError as exc:
+                untried.setdefault(factory, str(exc))
                 step()
                 continue
-            rows = _top_rows(codes, q)
+            rows = top_rows(codes, q)
             trial = Trial(
                 factory,
                 repair,
@@ -203,20 +228,27 @@ def _trials(
             step()
 
 
-def _flat(vectors: np.ndarray) -> faiss.Index:
-    index = faiss.IndexFlatIP(vectors.shape[1])
+def flat_index(vectors: np.ndarray, metric: int = faiss.METRIC_INNER_PRODUCT) -> faiss.Index:
+    index = faiss.IndexFlat(vectors.shape[1], metric)
     index.add(vectors)
     return index
 
 
 def prescribe(trials: list[Trial], repairs: list[RepairEffect], target: float) -> Prescription | None:
-    """The fewest bytes per vector with recall@10 ≥ target, among repairs that keep the model's ranking; at
-    equal bytes no repair wins over one, then recall."""
-    kept = {r.repair for r in repairs if r.acceptable(target)}
+    """The fewest bytes per vector with recall@10 ≥ target, among repairs that keep the model's ranking (or, where
+    relevance says some rank better, among those); at equal bytes the better nDCG@10, then no repair over one and
+    the simpler repair over the more fitted, then recall."""
+    better = {r.repair for r in repairs if r.ranks_better()}
+    # Where relevance says a repair ranks better, today's exact ranking is no longer the one to keep.
+    kept = better or {r.repair for r in repairs if r.acceptable(target)}
+    ndcg = {r.repair: r.ndcg_at_10 or 0.0 for r in repairs}
     passing = [t for t in trials if t.recall_at_10 >= target and t.repair in kept]
     if not passing:
         return None
-    best = min(passing, key=lambda t: (t.bytes_per_vector, t.repair != "none", -t.recall_at_10))
+    best = min(
+        passing,
+        key=lambda t: (t.bytes_per_vector, -ndcg[t.repair], SIMPLEST.index(t.repair), -t.recall_at_10),
+    )
     raw = next((t for t in trials if t.factory == best.factory and t.repair == "none"), None)
     if best.repair == "none":
         reason = f"{best.factory} keeps {best.recall_at_10:.3f} of exact search's top 10 as the vectors are"
@@ -238,26 +270,69 @@ def check_target(target: float) -> None:
         raise InputError(f"--target must be in (0, 1], not {target}")
 
 
+def check_vectors(vectors: object, name: str = "the vectors") -> np.ndarray:
+    """A matrix the checkup can measure, or one line that says why not, before any work: numeric, 2-D with at
+    least 2 columns, finite, no zero row, and more distinct rows than a top 10 (a matrix of one row repeated
+    makes every result a tie, and any index type "keeps" all of it)."""
+    try:
+        x = as_matrix(vectors)
+        refuse_unmeasurable_rows(x)
+    except InputError as exc:
+        raise InputError(f"{name}: {exc}") from None
+    if x.shape[1] < 2:
+        raise InputError(f"{name}: shape {x.shape}: need at least 2 columns (one coordinate has no direction)")
+    rows = np.ascontiguousarray(x).view(np.dtype((np.void, x.dtype.itemsize * x.shape[1])))
+    distinct = len(np.unique(rows))
+    if distinct <= 2 * K:
+        raise InputError(
+            f"{name}: only {distinct} distinct row{'s' * (distinct > 1)} of {len(x):,}: every top {K} would be ties, "
+            f"so recall@{K} could not tell index types apart (need more than {2 * K})"
+        )
+    return x
+
+
+def check_types(types: list[str], dim: int) -> None:
+    """Every index type named can be built at ``dim``, or one line naming it, before any work; none is dropped."""
+    for factory in types:
+        kind = parse_factory(factory)
+        if kind.store == "lancedb":
+            if find_spec("lancedb") is None:
+                raise InputError(f"--types {factory}: lancedb is not installed ({INSTALL})")
+            continue
+        if kind.binary:
+            continue
+        try:
+            make_faiss(dim, kind.factory)
+        except InputError as exc:
+            reason = str(exc).split("Error: ")[-1] if "Error: " in str(exc) else "FAISS cannot parse it"
+            raise InputError(
+                f"--types {factory!r} is not an index type FAISS can build at d = {dim}: {reason}"
+            ) from None
+
+
 def checkup(
     sample: Sample, target: float = 0.95, types: list[str] | None = None, step: Callable[[], None] = lambda: None
 ) -> Checkup:
     """Diagnose the sample's raw document vectors and try every index type x repair with its queries."""
-    docs, queries = sample.docs, sample.queries
     check_target(target)
+    docs = check_vectors(sample.docs, "the documents' vectors")
+    queries = sample.queries
     if len(docs) < 2 * K:
         raise InputError(f"need at least {2 * K} documents to measure recall@{K}, got {len(docs)}")
+    if queries.shape[1] != docs.shape[1]:
+        raise InputError(f"queries have {queries.shape[1]} dimensions, documents {docs.shape[1]}")
     default, params = default_types(len(docs), docs.shape[1])
     types = types or default
-    for factory in types:
-        parse_factory(factory)
-    found = list(_trials(docs, queries, types, params, sample.ndcg, step))
+    check_types(types, docs.shape[1])
+    untried: dict[str, str] = {}
+    found = list(_trials(docs, queries, types, params, sample.ndcg, step, untried))
     trials = [trial for trial, _ in found]
     exact = {trial.repair: rows for trial, rows in found}
     repairs = _adjusted([_effect(repair, exact[repair], exact["none"], sample.ndcg) for repair in REPAIRS])
     diagnosis = diagnose(docs)
     prescription = prescribe(trials, repairs, target)
     return Checkup(
-        len(docs), len(queries), sample.queries_from, target, diagnosis, trials, repairs, prescription, params
+        len(docs), len(queries), sample.queries_from, target, diagnosis, trials, repairs, prescription, params, untried
     )
 
 
@@ -331,10 +406,52 @@ def sample_corpus(
     docs = doc_vectors(picked)
     queries = encode([dataset.queries[q] for q in query_ids])
     qrels = {q: dataset.qrels[q] for q in query_ids}
+    return Sample(docs, queries, f"the dataset's test queries ({dataset.name})", _ndcg(query_ids, picked, qrels))
 
-    def ndcg(rows: np.ndarray) -> float:
+
+def _ndcg(
+    query_ids: list[str], doc_ids: list[str], qrels: dict[str, dict[str, int]]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Each query's nDCG@10 from its top-10 rows of the sampled documents (``doc_ids``: each row's id)."""
+
+    def ndcg(rows: np.ndarray) -> np.ndarray:
         ranked = zip(query_ids, rows, strict=True)
-        run = {q: {picked[r]: float(K - rank) for rank, r in enumerate(row) if r >= 0} for q, row in ranked}
+        run = {q: {doc_ids[r]: float(K - rank) for rank, r in enumerate(row) if r >= 0} for q, row in ranked}
         return metrics.per_query_ndcg(qrels, run)
 
-    return Sample(docs, queries, f"the dataset's test queries ({dataset.name})", ndcg)
+    return ndcg
+
+
+def judged_vectors(
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    qrels: dict[str, dict[str, int]] | None,
+    n_docs: int,
+    seed: int = 0,
+    queries_from: str = "your queries",
+) -> Sample:
+    """A user's own matrix with their own query vectors. With ``qrels`` (ids: row numbers of ``queries`` and of
+    ``vectors``) the judged queries are the queries, every document they judge relevant is in the sample, and each
+    repair is judged by nDCG@10; without, all of ``queries`` against a sample of ``n_docs`` rows."""
+    n = len(vectors)
+    judged: list[int] = []
+    query_rows = list(range(len(queries)))
+    if qrels is not None:
+        try:
+            query_rows = sorted({int(q) for q in qrels})
+            judged = sorted({int(d) for rel in qrels.values() for d, g in rel.items() if g > 0})
+        except ValueError:
+            raise InputError("--qrels: with --vectors, query-id and corpus-id are row numbers (0, 1, ...)") from None
+        if not query_rows or query_rows[0] < 0 or query_rows[-1] >= len(queries):
+            raise InputError(f"--qrels names query rows outside the {len(queries)} rows of --queries")
+        if judged and (judged[0] < 0 or judged[-1] >= n):
+            raise InputError(f"--qrels names document rows outside the {n} rows of --vectors")
+    rng = np.random.default_rng(seed)
+    others = np.setdiff1d(np.arange(n), judged)
+    picked = sorted(judged + [int(r) for r in rng.permutation(others)[: max(0, n_docs - len(judged))]])
+    sample = Sample(np.asarray(vectors[picked]), np.asarray(queries[query_rows]), queries_from)
+    if qrels is None:
+        return sample
+    query_ids = [str(q) for q in query_rows]
+    judged_qrels = {q: qrels[q] for q in query_ids}
+    return replace(sample, ndcg=_ndcg(query_ids, [str(r) for r in picked], judged_qrels))

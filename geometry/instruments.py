@@ -67,8 +67,14 @@ def as_matrix(x: object) -> np.ndarray:
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float64)
     # In chunks: one isfinite mask over a million rows would be a 256 MB temporary.
-    if not all(np.isfinite(c).all() for _, c in _chunks(arr)):
-        raise InputError("array contains NaN or inf")
+    bad = [(start, c) for start, c in _chunks(arr) if not np.isfinite(c).all()]
+    if bad:
+        held = []
+        for test, what in ((np.isnan, "NaN"), (np.isinf, "inf")):  # named apart: a NaN and an inf differ in cause
+            rows = np.concatenate([np.flatnonzero(test(c).any(axis=1)) + start for start, c in bad])
+            if len(rows):
+                held.append(f"{what} in {_rows_named(rows, len(arr))}")
+        raise InputError(f"{'; '.join(held)}: every instrument needs finite values")
     return arr
 
 

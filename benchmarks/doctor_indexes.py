@@ -1,0 +1,82 @@
+"""The three indexes a user might already hold on MiniLM's SciFact vectors, for ``cone doctor --index``.
+
+Writes into OUT: ``vectors.npy`` (the 5,183 corpus vectors, unit rows, in cone's row order: sorted document ids),
+``queries.npy`` (the 300 test queries, unit rows, sorted query ids), ``qrels.tsv`` (the test qrels with those row
+numbers as ids, for ``cone doctor --vectors --queries --qrels``), and three indexes built as their stores' users
+build them: ``pq48.faiss`` (FAISS ``PQ48``, inner product), ``lancedb/`` (table ``docs``, LanceDB ``IVF_PQ`` under
+``dot``, cone's partitions and sub-vectors) and ``i8.usearch`` (USearch's HNSW with its ``i8`` codec, ``cos``).
+The corpus vectors come through cone's embedding cache (encoded once, as ``cone index`` and ``cone eval`` do).
+
+Usage: python benchmarks/doctor_indexes.py OUT [--inject cone:0.99]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from cone.data.loaders import data_dir, load_beir
+from cone.encoders.registry import load_encoder
+from cone.geometry import unit_rows
+from cone.indexing import postprocess as pp
+from cone.indexing.dense import corpus_vectors
+from cone.indexing.factory import make_faiss, train_faiss
+from cone.indexing.lance import build_params, lancedb_module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--inject", default="none", help="a synthetic degradation of the vectors (cone:0.99)")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    dataset = load_beir(data_dir(), "scifact")
+    encoder = load_encoder("minilm")
+    docs = corpus_vectors(encoder, dataset, progress=False)
+    query_ids = sorted(dataset.qrels)
+    queries = encoder.encode([dataset.queries[q] for q in query_ids], progress=False)
+    fitted = pp.fit(docs, pp.parse(args.inject))  # fitted on the documents, applied to both, as an index would
+    docs = np.ascontiguousarray(unit_rows(pp.apply(docs, fitted)), dtype=np.float32)
+    queries = np.ascontiguousarray(unit_rows(pp.apply(queries, fitted)), dtype=np.float32)
+    np.save(args.out / "vectors.npy", docs)
+    np.save(args.out / "queries.npy", queries)
+    row = {doc_id: number for number, doc_id in enumerate(sorted(dataset.corpus))}
+    lines = ["query-id\tcorpus-id\tscore"]
+    for number, q in enumerate(query_ids):
+        lines += [f"{number}\t{row[d]}\t{g}" for d, g in sorted(dataset.qrels[q].items()) if d in row]
+    (args.out / "qrels.tsv").write_text("\n".join(lines) + "\n")
+
+    n, dim = docs.shape
+    index = make_faiss(dim, "PQ48")
+    train_faiss(index, docs, "PQ48")
+    index.add(docs)
+    faiss.write_index(index, str(args.out / "pq48.faiss"))
+
+    lancedb = lancedb_module()
+    import pyarrow as pa  # installed with lancedb
+
+    params = build_params("IVF_PQ", n, dim, {})
+    table = lancedb.connect(args.out / "lancedb").create_table(
+        "docs", pa.table({"vector": pa.FixedSizeListArray.from_arrays(pa.array(docs.ravel()), dim)}), mode="overwrite"
+    )
+    config = lancedb.index.IvfPq(
+        distance_type="dot", num_partitions=params["num_partitions"], num_sub_vectors=params["num_sub_vectors"]
+    )
+    table.create_index("vector", config=config)
+
+    from usearch.index import Index
+
+    usearch = Index(ndim=dim, metric="cos", dtype="i8")
+    usearch.add(np.arange(n), docs)
+    usearch.save(str(args.out / "i8.usearch"))
+    print(f"{args.out}: {n:,} vectors of d {dim} ({args.inject}), {len(queries)} queries, three indexes")
+
+
+if __name__ == "__main__":
+    main()
