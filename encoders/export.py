@@ -103,7 +103,7 @@ def _load_kwargs(runtime: Runtime) -> dict:
     return kwargs
 
 
-def _quantize(model: SentenceTransformer, folder: Path, runtime: Runtime, calibration_root: Path) -> None:
+def _quantize(model: SentenceTransformer, folder: Path, runtime: Runtime, sentences: list[str]) -> None:
     from sentence_transformers.backend import (
         export_dynamic_quantized_onnx_model,
         export_static_quantized_openvino_model,
@@ -115,7 +115,6 @@ def _quantize(model: SentenceTransformer, folder: Path, runtime: Runtime, calibr
     from optimum.intel import OVQuantizationConfig
 
     # The helper reads its calibration set with `datasets.load_dataset`: a local folder of JSON lines is one.
-    sentences = calibration_sentences(calibration_root)
     with tempfile.TemporaryDirectory() as calibration:
         with (Path(calibration) / "train.jsonl").open("w", encoding="utf-8") as handle:
             for sentence in sentences:
@@ -133,6 +132,9 @@ def _quantize(model: SentenceTransformer, folder: Path, runtime: Runtime, calibr
 
 def _export(model: SentenceTransformer, folder: Path, runtime: Runtime, calibration_root: Path) -> None:
     """Write ``folder``: the model's own files, its exported graph, and the quantized graph if asked for."""
+    # Static int8's calibration text is read first: without it, the error comes before seconds of conversion.
+    static_int8 = runtime.quantize == "int8" and runtime.backend == "openvino"
+    sentences = calibration_sentences(calibration_root) if static_int8 else []
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
@@ -140,7 +142,7 @@ def _export(model: SentenceTransformer, folder: Path, runtime: Runtime, calibrat
         converted = SentenceTransformer(str(tmp), device="cpu", backend=runtime.backend, local_files_only=True)
         converted.save(str(tmp))  # the graph beside the model files: the next load exports nothing
         if runtime.quantize == "int8":
-            _quantize(converted, tmp, runtime, calibration_root)
+            _quantize(converted, tmp, runtime, sentences)
         if not (tmp / graph_file(runtime)).is_file():
             raise InputError(f"exporting to {runtime.tag} wrote no {graph_file(runtime)}")
         try:
