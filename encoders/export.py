@@ -103,7 +103,7 @@ def _load_kwargs(runtime: Runtime) -> dict:
     return kwargs
 
 
-def _quantize(model: SentenceTransformer, folder: Path, runtime: Runtime, calibration_root: Path) -> None:
+def _quantize(model: SentenceTransformer, folder: Path, runtime: Runtime, sentences: list[str]) -> None:
     from sentence_transformers.backend import (
         export_dynamic_quantized_onnx_model,
         export_static_quantized_openvino_model,
@@ -115,7 +115,6 @@ def _quantize(model: SentenceTransformer, folder: Path, runtime: Runtime, calibr
     from optimum.intel import OVQuantizationConfig
 
     # The helper reads its calibration set with `datasets.load_dataset`: a local folder of JSON lines is one.
-    sentences = calibration_sentences(calibration_root)
     with tempfile.TemporaryDirectory() as calibration:
         with (Path(calibration) / "train.jsonl").open("w", encoding="utf-8") as handle:
             for sentence in sentences:
@@ -131,16 +130,28 @@ def _quantize(model: SentenceTransformer, folder: Path, runtime: Runtime, calibr
         )
 
 
-def _export(model: SentenceTransformer, folder: Path, runtime: Runtime, calibration_root: Path) -> None:
-    """Write ``folder``: the model's own files, its exported graph, and the quantized graph if asked for."""
+def _export(
+    model: SentenceTransformer, folder: Path, runtime: Runtime, calibration_root: Path, unquantized: Path
+) -> None:
+    """Write ``folder``: the model's own files, its exported graph, and the quantized graph if asked for. Where
+    ``unquantized`` (the same model's fp32 export folder) holds its graph already, an int8 export starts from a
+    copy of it: the conversion from torch, most of an export's CPU, is not done twice."""
+    # Static int8's calibration text is read first: without it, the error comes before seconds of conversion.
+    static_int8 = runtime.quantize == "int8" and runtime.backend == "openvino"
+    sentences = calibration_sentences(calibration_root) if static_int8 else []
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        model.save(str(tmp))
+        copied = runtime.quantize == "int8" and (unquantized / graph_file(Runtime(runtime.backend))).is_file()
+        if copied:
+            shutil.copytree(unquantized, tmp)
+        else:
+            model.save(str(tmp))
         converted = SentenceTransformer(str(tmp), device="cpu", backend=runtime.backend, local_files_only=True)
-        converted.save(str(tmp))  # the graph beside the model files: the next load exports nothing
+        if not copied:  # (a copied graph is there already, and mapped by the load: saved over, it would fault)
+            converted.save(str(tmp))  # the graph beside the model files: the next load exports nothing
         if runtime.quantize == "int8":
-            _quantize(converted, tmp, runtime, calibration_root)
+            _quantize(converted, tmp, runtime, sentences)
         if not (tmp / graph_file(runtime)).is_file():
             raise InputError(f"exporting to {runtime.tag} wrote no {graph_file(runtime)}")
         try:
@@ -163,11 +174,12 @@ def run_by(
     # none and bf16 run the same graph (only the inference precision differs): one export serves both. ONNX's
     # int8 graph is built for this CPU's instruction set, so the set is part of its folder's name.
     variant = {"int8": f"-int8-{_onnx_isa()}" if runtime.backend == "onnx" else "-int8"}.get(runtime.quantize, "")
-    folder = export_dir() / f"{weights}-{runtime.backend}{variant}"
+    unquantized = export_dir() / f"{weights}-{runtime.backend}"
+    folder = unquantized.with_name(unquantized.name + variant)
     if not (folder / graph_file(runtime)).is_file():
         try:
             with stdout_to_stderr():  # NNCF's and OpenVINO's progress bars print on stdout: a --json's output
-                _export(model, folder, runtime, calibration_root)
+                _export(model, folder, runtime, calibration_root, unquantized)
         except InputError:
             raise
         except Exception as exc:  # OpenVINO, NNCF, datasets: a failed export is one line, and the model unavailable

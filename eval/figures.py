@@ -21,8 +21,11 @@ def _hist_pair(result: EvalResult, path: Path) -> None:
     m, samples = result.metrics, result.samples
     fig = Figure(figsize=(6, 3.4))
     ax = fig.subplots()
-    ax.hist(samples.random, bins=BINS, density=True, alpha=0.6, label="random (query, doc) pairs")
-    ax.hist(samples.relevant, bins=BINS, density=True, alpha=0.6, label="relevant pairs")
+    # stepfilled: one polygon per histogram, drawn as the 200 adjacent bars were, a third of their CPU to lay out
+    # and render (issue 43)
+    filled = {"bins": BINS, "density": True, "alpha": 0.6, "histtype": "stepfilled"}
+    ax.hist(samples.random, **filled, label="random (query, doc) pairs")
+    ax.hist(samples.relevant, **filled, label="relevant pairs")
     ax.axvline(m["threshold"], color="k", lw=1, ls="--", label=f"best threshold (F1 {m['threshold_f1']:.2f})")
     ax.set(xlabel="cosine similarity", ylabel="density", title=result.label, xlim=(-1, 1))
     ax.legend(fontsize=8, loc="upper left")

@@ -45,16 +45,21 @@ def test_vectors_bad_input_one_line_exit_2(tmp_path, capsys, array):
     assert err.startswith("cone: error:") and err.count("\n") == 1
 
 
-def test_missing_and_garbage_files_no_traceback(tmp_path):
+def test_missing_and_garbage_files_no_traceback(tmp_path, capsys):
+    """The garbage file through the interpreter (`python -m cone`: nothing else reaches its stderr); the missing
+    and the empty one in this process (a subprocess each imported the command line again, seconds of CPU)."""
     garbage, empty = tmp_path / "g.npy", tmp_path / "empty.npy"
     garbage.write_bytes(b"not numpy")
     empty.write_bytes(b"")
-    for target in (tmp_path / "missing.npy", garbage, empty):
-        run = subprocess.run(
-            [sys.executable, "-m", "cone", "geometry", "vectors", str(target)], capture_output=True, text=True
-        )
-        assert run.returncode == 2
-        assert "Traceback" not in run.stderr and run.stderr.startswith("cone: error:")
+    run = subprocess.run(
+        [sys.executable, "-m", "cone", "geometry", "vectors", str(garbage)], capture_output=True, text=True
+    )
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr and run.stderr.startswith("cone: error:") and run.stderr.count("\n") == 1
+    for target in (tmp_path / "missing.npy", empty):
+        assert main(["geometry", "vectors", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.startswith("cone: error:") and err.count("\n") == 1
 
 
 def test_help_documents_the_exit_codes(capsys):

@@ -192,7 +192,8 @@ def test_a_bad_corpus_line_under_ray_is_the_local_one_line_error(local_cluster, 
 
 @pytest.mark.slow
 def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, capsys):
-    """Were a batch ever lost (it is not: Ray retries), the build would say so and write nothing."""
+    """Were a batch ever lost (it is not: Ray retries), the build would say so and write nothing. One actor, the
+    check counting what came back whoever encoded it: each actor loads torch and the model (issue 43)."""
     batches = cluster._batches
 
     def losing_one(dataset):
@@ -204,12 +205,11 @@ def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir
         mp.setattr(cluster, "_batches", losing_one)
         mp.setattr(cluster, "BLOCK_BYTES", 1000)  # several pieces of the tiny corpus file, so several batches
         mp.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
-        argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", "--ray", "--ray-batch-size", "8")
+        on_ray = ("--ray", "--ray-actors", "1", "--ray-batch-size", "8")
+        argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", *on_ray)
         assert main(argv) == ClusterError.exit_code
         stream = ("--stream", "--index-factory", "IVF4,Flat")
-        argv = index_argv(
-            shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", *stream, "--ray", "--ray-batch-size", "8"
-        )
+        argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", *stream, *on_ray)
         assert main(argv) == ClusterError.exit_code
     lines = capsys.readouterr().err.strip().splitlines()
     assert re.fullmatch(r"cone: cluster: the cluster returned [0-9]+ of 40 vectors; no index was written", lines[0])
@@ -219,12 +219,14 @@ def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir
 
 @pytest.mark.slow
 def test_eval_with_ray_gives_the_local_rows(local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
-    """Every layer of the sweep encoded by the actors (one forward pass for all layers, as locally)."""
+    """Every layer of the sweep encoded by the actors (one forward pass for all layers, as locally). One actor: a
+    pool is started for the documents and another for the queries, each actor loading torch and the model (seconds
+    of CPU each, issue 43); two actors sharing one build's work are tested above."""
     monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
     argv = ["eval", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir), "--checkpoints", str(tiny_checkpoints)]
     argv += ["--models", "baseline", "--layers", "emb,last", "--no-progress"]
     assert main([*argv, "--out", str(tmp_path / "local")]) == 0
-    assert main([*argv, "--out", str(tmp_path / "ray"), "--ray", "--ray-batch-size", "8"]) == 0
+    assert main([*argv, "--out", str(tmp_path / "ray"), "--ray", "--ray-actors", "1", "--ray-batch-size", "8"]) == 0
     rows = {}
     for where in ("local", "ray"):
         report = json.loads((tmp_path / where / "report.json").read_text())
@@ -233,7 +235,7 @@ def test_eval_with_ray_gives_the_local_rows(local_cluster, shared_tiny_beir, tin
     assert rows["ray"].keys() == rows["local"].keys() and len(rows["local"]) > 10
     assert rows["ray"] == pytest.approx(rows["local"], rel=1e-4, abs=1e-6)
     built = manifest_of(tmp_path / "ray" / "indexes" / "baseline-layeremb")
-    assert built["encoded_on"].startswith("ray (")
+    assert built["encoded_on"].startswith("ray (local cluster, 1 actors")
 
 
 def test_a_small_list_of_texts_is_cut_so_every_actor_gets_a_share():
@@ -294,6 +296,6 @@ def test_more_actors_than_the_cluster_can_place_is_one_error_after_the_wait(
 def test_an_actor_that_cannot_load_its_encoder_is_one_line(local_cluster, tmp_path):
     recipe = cluster.EncoderRecipe("baseline", tmp_path / "no-checkpoints")  # as on a node without the model
     with pytest.raises(ClusterError) as failed:
-        cluster.encode_texts(recipe, ["a few words"] * 4, ["last"], cluster.RayOptions(None, 2, 8))
+        cluster.encode_texts(recipe, ["a few words"] * 4, ["last"], cluster.RayOptions(None, 1, 8))  # one to fail
     message = str(failed.value)
     assert message.startswith("encoding failed on the cluster: model 'baseline' unavailable") and "\n" not in message
