@@ -130,26 +130,17 @@ def _quantize(model: SentenceTransformer, folder: Path, runtime: Runtime, senten
         )
 
 
-def _export(
-    model: SentenceTransformer, folder: Path, runtime: Runtime, calibration_root: Path, unquantized: Path
-) -> None:
-    """Write ``folder``: the model's own files, its exported graph, and the quantized graph if asked for. Where
-    ``unquantized`` (the same model's fp32 export folder) holds its graph already, an int8 export starts from a
-    copy of it: the conversion from torch, most of an export's CPU, is not done twice."""
+def _export(model: SentenceTransformer, folder: Path, runtime: Runtime, calibration_root: Path) -> None:
+    """Write ``folder``: the model's own files, its exported graph, and the quantized graph if asked for."""
     # Static int8's calibration text is read first: without it, the error comes before seconds of conversion.
     static_int8 = runtime.quantize == "int8" and runtime.backend == "openvino"
     sentences = calibration_sentences(calibration_root) if static_int8 else []
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        copied = runtime.quantize == "int8" and (unquantized / graph_file(Runtime(runtime.backend))).is_file()
-        if copied:
-            shutil.copytree(unquantized, tmp)
-        else:
-            model.save(str(tmp))
+        model.save(str(tmp))
         converted = SentenceTransformer(str(tmp), device="cpu", backend=runtime.backend, local_files_only=True)
-        if not copied:  # (a copied graph is there already, and mapped by the load: saved over, it would fault)
-            converted.save(str(tmp))  # the graph beside the model files: the next load exports nothing
+        converted.save(str(tmp))  # the graph beside the model files: the next load exports nothing
         if runtime.quantize == "int8":
             _quantize(converted, tmp, runtime, sentences)
         if not (tmp / graph_file(runtime)).is_file():
@@ -174,12 +165,11 @@ def run_by(
     # none and bf16 run the same graph (only the inference precision differs): one export serves both. ONNX's
     # int8 graph is built for this CPU's instruction set, so the set is part of its folder's name.
     variant = {"int8": f"-int8-{_onnx_isa()}" if runtime.backend == "onnx" else "-int8"}.get(runtime.quantize, "")
-    unquantized = export_dir() / f"{weights}-{runtime.backend}"
-    folder = unquantized.with_name(unquantized.name + variant)
+    folder = export_dir() / f"{weights}-{runtime.backend}{variant}"
     if not (folder / graph_file(runtime)).is_file():
         try:
             with stdout_to_stderr():  # NNCF's and OpenVINO's progress bars print on stdout: a --json's output
-                _export(model, folder, runtime, calibration_root, unquantized)
+                _export(model, folder, runtime, calibration_root)
         except InputError:
             raise
         except Exception as exc:  # OpenVINO, NNCF, datasets: a failed export is one line, and the model unavailable
