@@ -106,7 +106,7 @@ def test_ray_build_equals_the_local_build(local_cluster, shared_tiny_beir, tiny_
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("factory", "params", "folder"),
-    [("IVF4,Flat", "nprobe=4", "baseline-IVF4_Flat"), ("lance:IVF_HNSW_SQ", "ef=64", "baseline-lance_IVF_HNSW_SQ")],
+    [("IVF4,Flat", "nprobe=4", "baseline-IVF4_Flat"), ("lance:IVF_HNSW_SQ", "ef=64", "baseline-lance_IVF_HNSW_SQ_l2")],
 )
 def test_streamed_ray_build_equals_the_streamed_local_build(
     local_cluster, shared_tiny_beir, tiny_checkpoints, tmp_path, factory, params, folder
@@ -171,7 +171,9 @@ def test_a_killed_actor_is_replaced_and_the_build_completes(local_cluster, tiny_
     monkeypatch.setenv("CONE_CACHE_DIR", str(tmp_path / "cache"))
     argv = index_argv(beir, tiny_checkpoints, tmp_path / "ray", "--ray", "--ray-batch-size", "8")
     assert main(argv) == 0 and killed
-    assert killed[0] not in later and len(later) == 2  # the dead actor was replaced by a new process
+    # the dead actor is gone and a new process works beside the survivor (Ray may have started more than one by
+    # then: a replacement that lost its first call is replaced in turn)
+    assert killed[0] not in later and len(later) >= 2
     assert main(index_argv(beir, tiny_checkpoints, tmp_path / "local")) == 0
     a = open_index(tmp_path / "local" / "baseline", tiny_checkpoints)
     b = open_index(tmp_path / "ray" / "baseline", tiny_checkpoints)
