@@ -9,6 +9,7 @@ one reload runs, at most one waits, and a request made while one waits joins it.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import stat
@@ -289,6 +290,12 @@ class Registry:
                 threading.Thread(target=self._run_reloads, name="reload", daemon=True).start()
         return waiting
 
+    async def wait_reload(self) -> dict[str, Entry]:
+        """``request_reload``'s result, awaited on an event loop. Shielded: a caller that gives up (its task
+        cancelled) must not cancel the reload that every other request joined (``asyncio.wrap_future`` cancels the
+        future it wraps when its awaiter is cancelled)."""
+        return await asyncio.shield(asyncio.wrap_future(self.request_reload()))
+
     def _run_reloads(self) -> None:
         """Run the waiting reload, then the one that gathered meanwhile, until none waits."""
         while True:
@@ -297,7 +304,8 @@ class Registry:
                 if future is None:
                     self._reloading = False
                     return
-            future.set_running_or_notify_cancel()
+            if not future.set_running_or_notify_cancel():  # its one caller gave it up (only ``wait_reload``'s
+                continue  # callers join safely): no one waits for it, and set_result would raise and end this thread
             try:
                 future.set_result(self.reload())
             except BaseException as exc:  # given to every request that joined it: none waits forever

@@ -471,6 +471,60 @@ def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_lat
         registry.request_reload().result(60)
 
 
+
+def test_a_cancelled_reload_request_neither_stops_the_reload_thread_nor_cancels_the_requests_that_joined_it(
+    built, monkeypatch
+):
+    """A caller that gives up (asyncio.wrap_future cancels the shared future when its awaiting task is cancelled:
+    a client's wait_for, a shutdown) must not leave the reload thread dead and every later reload waiting forever."""
+    registry = Registry(built)
+    started, release = threading.Event(), threading.Event()
+    real = Registry.reload
+
+    def held(self) -> dict:
+        started.set()
+        assert release.wait(60)
+        return real(self)
+
+    monkeypatch.setattr(Registry, "reload", held)
+    first = registry.request_reload()
+    assert started.wait(60)
+    waiting = registry.request_reload()
+    waiting.cancel()  # what a cancelled awaiter of asyncio.wrap_future(waiting) does to it
+    release.set()
+    first.result(60)
+    assert set(registry.request_reload().result(10)) == set(registry.entries)  # the thread still runs reloads
+
+
+
+def test_a_reload_request_that_gives_up_does_not_cancel_the_reload_others_joined(built, monkeypatch):
+    """Two requests joined one reload; the first gives up (its task cancelled): the second still gets its answer."""
+    registry = Registry(built)
+    started, release = threading.Event(), threading.Event()
+    real = Registry.reload
+
+    def held(self) -> dict:
+        started.set()
+        assert release.wait(60)
+        return real(self)
+
+    monkeypatch.setattr(Registry, "reload", held)
+
+    async def joined_then_cancelled() -> dict:
+        running = registry.request_reload()
+        assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 60)
+        gives_up = asyncio.ensure_future(registry.wait_reload())
+        stays = asyncio.ensure_future(registry.wait_reload())
+        await asyncio.sleep(0.05)
+        gives_up.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.wrap_future(running)
+        return await asyncio.wait_for(stays, 60)
+
+    assert set(asyncio.run(joined_then_cancelled())) == set(registry.entries)
+
+
 # --- issue 40, item 3: idle sockets reopened as they close must not lock clients out --------------------------------
 
 
