@@ -447,8 +447,8 @@ def test_every_file_of_every_index_kind_truncated_at_start_at_reload_or_while_se
 # --- issue 40, item 2: reload storms coalesce off the request path --------------------------------------------------
 
 
-def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_later_request_joins(built, monkeypatch):
-    registry = Registry(built)
+def hold_reloads(monkeypatch) -> tuple[threading.Event, threading.Event, list[str]]:
+    """Make every Registry.reload wait for ``release`` once ``started`` is set; ``ran_on``: the threads they ran on."""
     started, release, ran_on = threading.Event(), threading.Event(), []
     real = Registry.reload
 
@@ -459,6 +459,12 @@ def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_lat
         return real(self)
 
     monkeypatch.setattr(Registry, "reload", held)
+    return started, release, ran_on
+
+
+def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_later_request_joins(built, monkeypatch):
+    registry = Registry(built)
+    started, release, ran_on = hold_reloads(monkeypatch)
     first = registry.request_reload()
     assert started.wait(60)  # running, and held: every request from here waits for the next reload
     later = [registry.request_reload() for _ in range(40)]
@@ -471,44 +477,23 @@ def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_lat
         registry.request_reload().result(60)
 
 
-
-def test_a_cancelled_reload_request_neither_stops_the_reload_thread_nor_cancels_the_requests_that_joined_it(
-    built, monkeypatch
-):
-    """A caller that gives up (asyncio.wrap_future cancels the shared future when its awaiting task is cancelled:
-    a client's wait_for, a shutdown) must not leave the reload thread dead and every later reload waiting forever."""
+def test_a_cancelled_reload_request_does_not_stop_the_reload_thread(built, monkeypatch):
+    """A caller that gives up (asyncio.wrap_future cancels the future it wraps when its awaiter is cancelled: a
+    client's wait_for, a shutdown) once killed the reload thread, and every later reload then waited forever."""
     registry = Registry(built)
-    started, release = threading.Event(), threading.Event()
-    real = Registry.reload
-
-    def held(self) -> dict:
-        started.set()
-        assert release.wait(60)
-        return real(self)
-
-    monkeypatch.setattr(Registry, "reload", held)
+    started, release, _ = hold_reloads(monkeypatch)
     first = registry.request_reload()
     assert started.wait(60)
-    waiting = registry.request_reload()
-    waiting.cancel()  # what a cancelled awaiter of asyncio.wrap_future(waiting) does to it
+    registry.request_reload().cancel()  # the waiting reload, given up by its one caller
     release.set()
     first.result(60)
     assert set(registry.request_reload().result(10)) == set(registry.entries)  # the thread still runs reloads
 
 
-
 def test_a_reload_request_that_gives_up_does_not_cancel_the_reload_others_joined(built, monkeypatch):
     """Two requests joined one reload; the first gives up (its task cancelled): the second still gets its answer."""
     registry = Registry(built)
-    started, release = threading.Event(), threading.Event()
-    real = Registry.reload
-
-    def held(self) -> dict:
-        started.set()
-        assert release.wait(60)
-        return real(self)
-
-    monkeypatch.setattr(Registry, "reload", held)
+    started, release, _ = hold_reloads(monkeypatch)
 
     async def joined_then_cancelled() -> dict:
         running = registry.request_reload()
