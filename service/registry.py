@@ -177,13 +177,14 @@ def load_entries(
     locks: dict[int, threading.Lock] = {}
     previous = previous or {}
     paths, notes = store.list_indexes(folder)
+    kept = {p.name: previous[p.name] for p in paths if _unchanged(previous.get(p.name), p, checkpoints)}
+    for entry in kept.values():  # an index of the same model opened again shares the kept one's encoder
+        encoder = getattr(entry.index, "encoder", None)
+        if encoder is not None:  # the key is open_index's: (model, layer, runtime)
+            encoders.setdefault((entry.manifest.model, entry.manifest.layer, entry.manifest.runtime), encoder)
+            locks.setdefault(id(encoder), entry.lock)
     entries = {
-        path.name: (
-            previous[path.name]
-            if _unchanged(previous.get(path.name), path, checkpoints)
-            else _open_entry(path, checkpoints, encoders, locks, batching)
-        )
-        for path in paths
+        path.name: kept.get(path.name) or _open_entry(path, checkpoints, encoders, locks, batching) for path in paths
     }
     built = {e.manifest.model for e in entries.values() if e.manifest}
     for name in MODEL_NAMES:

@@ -578,3 +578,18 @@ def test_a_reload_keeps_the_entries_of_unchanged_indexes_and_opens_the_changed_o
     assert "docs.jsonl" in again["bm25"].reason
     os.utime(tiny_checkpoints / "baseline" / "config.json")  # its model's weights rewritten: opened again too
     assert registry.reload()["baseline"] is not before["baseline"]
+
+
+def test_an_index_opened_again_shares_the_encoder_of_its_model_s_kept_indexes(built, tiny_checkpoints, tmp_path):
+    """A reload that keeps one index of a model and opens another again once loaded the model a second time for
+    the second (two copies of its weights, two encode locks for one model)."""
+    root = tmp_path / "indexes"
+    for name in ("a", "b"):
+        shutil.copytree(built / "baseline", root / name)
+    registry = Registry(root, tiny_checkpoints)
+    before = registry.reload()
+    assert before["a"].index.encoder is before["b"].index.encoder and before["a"].lock is before["b"].lock
+    os.utime(root / "b" / "docs.jsonl")  # b rewritten: opened again; a kept
+    after = registry.reload()
+    assert after["a"] is before["a"] and after["b"] is not before["b"] and after["b"].available
+    assert after["b"].index.encoder is after["a"].index.encoder and after["b"].lock is after["a"].lock
