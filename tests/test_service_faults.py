@@ -593,3 +593,19 @@ def test_an_index_opened_again_shares_the_encoder_of_its_model_s_kept_indexes(bu
     after = registry.reload()
     assert after["a"] is before["a"] and after["b"] is not before["b"] and after["b"].available
     assert after["b"].index.encoder is after["a"].index.encoder and after["b"].lock is after["a"].lock
+
+
+def test_the_service_runs_on_asyncio_s_loop_where_the_accept_gate_can_pause(tmp_path, monkeypatch):
+    """The connection queue (AcceptGate) pauses asyncio's own Server; under uvicorn's default loop="auto" an
+    installed uvloop (uvicorn[standard] brings it) would run instead, and the gate would silently fall back to
+    refusing over the cap: the lock-out of issue 40 item 3."""
+    import uvicorn
+
+    from cone.cli.serve import serve
+
+    ran = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: ran.update(options))
+    monkeypatch.setattr("cone.service.app.create_app", lambda *a, **k: object())
+    monkeypatch.setattr("cone.service.registry.freeze_libraries", lambda: None)
+    serve(tmp_path, "127.0.0.1", free_port(), None)
+    assert ran["loop"] == "asyncio"
