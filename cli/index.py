@@ -29,7 +29,7 @@ from cone.encoders.registry import LEXICAL, MODEL_NAMES, check_model_name, is_le
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.codes import METRICS
+from cone.indexing.codes import METRICS, split_metric
 from cone.indexing.dense import build_dense
 from cone.indexing.factory import DEFAULT_FACTORY, STORES, check_buildable, for_store
 from cone.indexing.lexical import build_bm25
@@ -129,6 +129,9 @@ def run_index(args: argparse.Namespace) -> int:
             "--postprocess, --backend, --quantize, --stream, --ray, --store and --metric apply to dense models, "
             "not bm25"
         )
+    named = split_metric(args.index_factory)[1]
+    if args.metric and named and named != args.metric:
+        raise InputError(f"--metric {args.metric} contradicts --index-factory {args.index_factory}: name one metric")
     args.index_factory = for_store(args.index_factory, args.store, args.metric)
     progress = not args.no_progress
     if lexical:

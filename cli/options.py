@@ -87,9 +87,12 @@ def _parse(text: str, kind: type, what: str) -> int | float:
 
 # FAISS factory components that need the next one (IVF256 needs its code: IVF256,Flat); the comma is FAISS's own.
 def index_factory(text: str) -> str:
-    """One index type (cone.indexing.factory), checked when the command line is read, before any work."""
+    """One index type (cone.indexing.factory), checked when the command line is read, before any work. Kept as
+    written: its spec would name the store's default metric (lance:IVF_PQ@l2), which ``--metric`` must not lose
+    to (``for_store`` spells it as cone does once the metric is known)."""
     try:
-        return parse_factory(text).spec
+        parse_factory(text)
+        return text
     except InputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -159,7 +159,9 @@ def serve(
     app = create_app(indexes, checkpoints, max_body_bytes=limit, batching=batching, docs=docs, builds=builds)
     http = guarded_protocol(timeout, connections)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", http=http, backlog=accept_backlog())
+        # asyncio's own loop, never uvloop (loop="auto" takes it where installed): the connection queue pauses
+        # asyncio's Server (cone.service.connections.AcceptGate), and under uvloop would fall back to refusals.
+        uvicorn.run(app, host=host, port=port, log_level="warning", http=http, backlog=accept_backlog(), loop="asyncio")
     except SystemExit as exc:  # uvicorn's startup failure (exit 3): the port taken since check_listen, say
         if exc.code:
             raise InputError(f"the service could not start on {host}:{port} (uvicorn exit {exc.code})") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import os
@@ -331,7 +330,7 @@ async def reload(request: Request, x_api_key: Annotated[str | None, Header()] = 
     if sent is None or not hmac.compare_digest(sent, expected):
         raise HTTPException(401, "missing or wrong X-API-Key")
     try:
-        entries = await asyncio.wrap_future(request.app.state.registry.request_reload())
+        entries = await request.app.state.registry.wait_reload()
     except FolderGone as exc:
         raise HTTPException(503, str(exc)) from None
     return ReloadResponse(models=len(entries), available=sum(e.available for e in entries.values()))

@@ -9,6 +9,7 @@ one reload runs, at most one waits, and a request made while one waits joins it.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import stat
@@ -176,13 +177,14 @@ def load_entries(
     locks: dict[int, threading.Lock] = {}
     previous = previous or {}
     paths, notes = store.list_indexes(folder)
+    kept = {p.name: previous[p.name] for p in paths if _unchanged(previous.get(p.name), p, checkpoints)}
+    for entry in kept.values():  # an index of the same model opened again shares the kept one's encoder
+        encoder = getattr(entry.index, "encoder", None)
+        if encoder is not None:  # the key is open_index's: (model, layer, runtime)
+            encoders.setdefault((entry.manifest.model, entry.manifest.layer, entry.manifest.runtime), encoder)
+            locks.setdefault(id(encoder), entry.lock)
     entries = {
-        path.name: (
-            previous[path.name]
-            if _unchanged(previous.get(path.name), path, checkpoints)
-            else _open_entry(path, checkpoints, encoders, locks, batching)
-        )
-        for path in paths
+        path.name: kept.get(path.name) or _open_entry(path, checkpoints, encoders, locks, batching) for path in paths
     }
     built = {e.manifest.model for e in entries.values() if e.manifest}
     for name in MODEL_NAMES:
@@ -289,6 +291,12 @@ class Registry:
                 threading.Thread(target=self._run_reloads, name="reload", daemon=True).start()
         return waiting
 
+    async def wait_reload(self) -> dict[str, Entry]:
+        """``request_reload``'s result, awaited on an event loop. Shielded: a caller that gives up (its task
+        cancelled) must not cancel the reload that every other request joined (``asyncio.wrap_future`` cancels the
+        future it wraps when its awaiter is cancelled)."""
+        return await asyncio.shield(asyncio.wrap_future(self.request_reload()))
+
     def _run_reloads(self) -> None:
         """Run the waiting reload, then the one that gathered meanwhile, until none waits."""
         while True:
@@ -297,7 +305,8 @@ class Registry:
                 if future is None:
                     self._reloading = False
                     return
-            future.set_running_or_notify_cancel()
+            if not future.set_running_or_notify_cancel():  # its one caller gave it up (only ``wait_reload``'s
+                continue  # callers join safely): no one waits for it, and set_result would raise and end this thread
             try:
                 future.set_result(self.reload())
             except BaseException as exc:  # given to every request that joined it: none waits forever

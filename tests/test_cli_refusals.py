@@ -68,3 +68,30 @@ def test_an_index_factory_faiss_cannot_parse_is_refused_before_the_model_loads(m
 def test_every_factory_option_asks_faiss_s_parser_first(argv, said, capsys):
     err = refusal(argv, capsys)
     assert said in err and ".cpp" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "built_as"),
+    [
+        (["--store", "lancedb", "--metric", "cosine", "--index-factory", "lance:IVF_PQ"], "lance:IVF_PQ@cosine"),
+        (["--metric", "l2", "--index-factory", "usearch:i8"], "usearch:i8@l2"),
+        (["--store", "lancedb", "--metric", "dot", "--index-factory", "lance:ivf_pq"], "lance:IVF_PQ@dot"),
+        (["--index-factory", "lance:IVF_PQ"], "lance:IVF_PQ@l2"),
+        (["--index-factory", "lance:IVF_PQ@cosine", "--metric", "cosine"], "lance:IVF_PQ@cosine"),
+    ],
+)
+def test_metric_is_the_metric_the_index_is_built_by(argv, built_as, monkeypatch, tmp_path):
+    """--metric with an --index-factory of LanceDB or USearch once built under the store's default metric: the
+    option's parser wrote the default into the type (lance:IVF_PQ@l2) and a type's own @METRIC wins."""
+    seen = []
+    monkeypatch.setattr("cone.cli.index._build_dense", lambda args, *rest: seen.append(args.index_factory) or tmp_path)
+    assert main(["index", "--model", "baseline", "--out", str(tmp_path), *argv]) == 0
+    assert seen == [built_as]
+
+
+def test_a_metric_that_contradicts_the_one_the_index_type_names_is_refused(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr("cone.cli.index._build_dense", lambda *a: pytest.fail("built"))
+    argv = ["index", "--model", "baseline", "--out", str(tmp_path), "--metric", "l2"]
+    assert main([*argv, "--index-factory", "lance:IVF_PQ@cosine"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--metric l2" in err and "lance:IVF_PQ@cosine" in err, err

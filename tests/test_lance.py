@@ -210,3 +210,24 @@ def test_cone_imports_no_lancedb_and_without_it_a_lance_index_says_how_to_instal
     monkeypatch.setitem(sys.modules, "lancedb", None)  # import lancedb now raises ImportError
     with pytest.raises(InputError, match=r"lancedb is not installed .*fix: pip install 'cone\[lancedb\]'"):
         open_index(folder, encoders={("baseline", "last", encoder.runtime): encoder})
+
+
+@pytest.mark.parametrize("metric", ["dot", "l2", "cosine"])
+def test_every_lance_type_scores_its_hits_by_their_cosine_under_every_metric(metric):
+    """A search gives cosines whatever the metric: Lance's ``_distance`` is 1 - q·x under dot, 2 - 2 cos under l2,
+    and under cosine 1 - cos for FLAT or a refined search but 2 - 2 cos for an index type searched as it is (its
+    codes compare normalized rows by L2). Read as 1 - d, an IVF_PQ@cosine hit of cosine 0.6 showed 0.2."""
+    rows = unit_rows(600, 32, seed=3)
+    queries = unit_rows(5, 32, seed=4) + rows[:5]  # near a document each: high, spread-out cosines
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    # the codes' own error on these scores: 8-bit SQ is close, PQ's 4 sub-vectors of 8 bits coarser
+    tolerance = {"FLAT": 1e-4, "IVF_HNSW_SQ": 0.05, "IVF_PQ": 0.12}
+    for kind, within in tolerance.items():
+        for refine in ("", "refine_factor=4"):
+            if kind == "FLAT" and refine:
+                continue
+            codes = build_codes(rows, f"lance:{kind}@{metric}", refine)
+            scores, found = codes.search(queries, 10)
+            exact = np.einsum("qd,qkd->qk", queries, rows[found])
+            error = np.abs(scores - exact).mean()
+            assert error < (1e-4 if refine else within), (kind, metric, refine, error)

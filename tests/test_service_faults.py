@@ -447,8 +447,8 @@ def test_every_file_of_every_index_kind_truncated_at_start_at_reload_or_while_se
 # --- issue 40, item 2: reload storms coalesce off the request path --------------------------------------------------
 
 
-def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_later_request_joins(built, monkeypatch):
-    registry = Registry(built)
+def hold_reloads(monkeypatch) -> tuple[threading.Event, threading.Event, list[str]]:
+    """Make every Registry.reload wait for ``release`` once ``started`` is set; ``ran_on``: the threads they ran on."""
     started, release, ran_on = threading.Event(), threading.Event(), []
     real = Registry.reload
 
@@ -459,6 +459,12 @@ def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_lat
         return real(self)
 
     monkeypatch.setattr(Registry, "reload", held)
+    return started, release, ran_on
+
+
+def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_later_request_joins(built, monkeypatch):
+    registry = Registry(built)
+    started, release, ran_on = hold_reloads(monkeypatch)
     first = registry.request_reload()
     assert started.wait(60)  # running, and held: every request from here waits for the next reload
     later = [registry.request_reload() for _ in range(40)]
@@ -469,6 +475,39 @@ def test_a_storm_of_reload_requests_is_one_running_reload_and_one_that_every_lat
     monkeypatch.setattr(Registry, "reload", lambda self: (_ for _ in ()).throw(FolderGone("gone")))
     with pytest.raises(FolderGone):  # a failed reload is every joined request's answer
         registry.request_reload().result(60)
+
+
+def test_a_cancelled_reload_request_does_not_stop_the_reload_thread(built, monkeypatch):
+    """A caller that gives up (asyncio.wrap_future cancels the future it wraps when its awaiter is cancelled: a
+    client's wait_for, a shutdown) once killed the reload thread, and every later reload then waited forever."""
+    registry = Registry(built)
+    started, release, _ = hold_reloads(monkeypatch)
+    first = registry.request_reload()
+    assert started.wait(60)
+    registry.request_reload().cancel()  # the waiting reload, given up by its one caller
+    release.set()
+    first.result(60)
+    assert set(registry.request_reload().result(10)) == set(registry.entries)  # the thread still runs reloads
+
+
+def test_a_reload_request_that_gives_up_does_not_cancel_the_reload_others_joined(built, monkeypatch):
+    """Two requests joined one reload; the first gives up (its task cancelled): the second still gets its answer."""
+    registry = Registry(built)
+    started, release, _ = hold_reloads(monkeypatch)
+
+    async def joined_then_cancelled() -> dict:
+        running = registry.request_reload()
+        assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 60)
+        gives_up = asyncio.ensure_future(registry.wait_reload())
+        stays = asyncio.ensure_future(registry.wait_reload())
+        await asyncio.sleep(0.05)
+        gives_up.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.wrap_future(running)
+        return await asyncio.wait_for(stays, 60)
+
+    assert set(asyncio.run(joined_then_cancelled())) == set(registry.entries)
 
 
 # --- issue 40, item 3: idle sockets reopened as they close must not lock clients out --------------------------------
@@ -539,3 +578,34 @@ def test_a_reload_keeps_the_entries_of_unchanged_indexes_and_opens_the_changed_o
     assert "docs.jsonl" in again["bm25"].reason
     os.utime(tiny_checkpoints / "baseline" / "config.json")  # its model's weights rewritten: opened again too
     assert registry.reload()["baseline"] is not before["baseline"]
+
+
+def test_an_index_opened_again_shares_the_encoder_of_its_model_s_kept_indexes(built, tiny_checkpoints, tmp_path):
+    """A reload that keeps one index of a model and opens another again once loaded the model a second time for
+    the second (two copies of its weights, two encode locks for one model)."""
+    root = tmp_path / "indexes"
+    for name in ("a", "b"):
+        shutil.copytree(built / "baseline", root / name)
+    registry = Registry(root, tiny_checkpoints)
+    before = registry.reload()
+    assert before["a"].index.encoder is before["b"].index.encoder and before["a"].lock is before["b"].lock
+    os.utime(root / "b" / "docs.jsonl")  # b rewritten: opened again; a kept
+    after = registry.reload()
+    assert after["a"] is before["a"] and after["b"] is not before["b"] and after["b"].available
+    assert after["b"].index.encoder is after["a"].index.encoder and after["b"].lock is after["a"].lock
+
+
+def test_the_service_runs_on_asyncio_s_loop_where_the_accept_gate_can_pause(tmp_path, monkeypatch):
+    """The connection queue (AcceptGate) pauses asyncio's own Server; under uvicorn's default loop="auto" an
+    installed uvloop (uvicorn[standard] brings it) would run instead, and the gate would silently fall back to
+    refusing over the cap: the lock-out of issue 40 item 3."""
+    import uvicorn
+
+    from cone.cli.serve import serve
+
+    ran = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: ran.update(options))
+    monkeypatch.setattr("cone.service.app.create_app", lambda *a, **k: object())
+    monkeypatch.setattr("cone.service.registry.freeze_libraries", lambda: None)
+    serve(tmp_path, "127.0.0.1", free_port(), None)
+    assert ran["loop"] == "asyncio"
