@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from cone.output import markdown_table as table
@@ -85,8 +86,8 @@ def precisions(counts: dict[str, int]) -> str:
     return " + ".join(f"{count} {kind}" for kind, count in sorted(counts.items(), key=lambda kv: -kv[1])) or "—"
 
 
-def backends(folder: Path) -> str:
-    found = load(folder, "backends")["result"]
+def backends(folder: Path, record: str = "backends") -> str:
+    found = load(folder, record)["result"]
     rows = []
     for row in found["rows"]:
         cosine = f"{row['min_cos_vs_fp32']:.5f}" if "min_cos_vs_fp32" in row else "—"
@@ -275,6 +276,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "regularizer-cost": regularizer_cost,
     "encoders": encoders,
     "backends": backends,
+    "backends-avx512bf16": partial(backends, record="backends-avx512bf16"),
     "ann": ann,
     "load": load_runs,
     "reload-soak": reload_soak,
