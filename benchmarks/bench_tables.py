@@ -260,14 +260,18 @@ def demo(folder: Path) -> str:
 
 
 def tests(folder: Path) -> str:
-    """The suite's run: pytest's own summary line (its counts and seconds) and the record's wall time."""
-    record = load(folder, "tests")
-    summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
-    if summary is None:
-        raise KeyError("pytest's summary line")
-    counts, _, seconds = summary.strip("= ").rpartition(" in ")
-    row = [f"`{record['command']}` at {record['commit']}", counts, seconds.split(" ")[0], f"{record['wall_s']:.0f} s"]
-    return table(["command", "result", "pytest's own time", "wall, with the install"], [row])
+    """Each run of the suite (the AMX Xeon's, then the AMD EPYC's): pytest's own summary line (its counts and
+    seconds), the record's wall time and its CPU."""
+    rows = []
+    for name, cpu in (("tests", "Xeon, AMX"), ("tests-epyc", "EPYC, AVX512-BF16, no AMX")):
+        record = load(folder, name)
+        summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
+        if summary is None:
+            raise KeyError("pytest's summary line")
+        counts, _, seconds = summary.strip("= ").rpartition(" in ")
+        command = f"`{record['command']}` at {record['commit']}"
+        rows.append([command, cpu, counts, seconds.split(" ")[0], f"{record['wall_s']:.0f} s"])
+    return table(["command", "CPU", "result", "pytest's own time", "wall, with the install"], rows)
 
 
 TABLES: dict[str, Callable[[Path], str]] = {
