@@ -187,3 +187,12 @@ def make_tiny_beir(root: Path) -> Path:
         "sentence1,sentence2,score\n" + "".join(f"{a},{b},{s}\n" for a, b, s in pairs)
     )
     return root
+
+
+@pytest.fixture(scope="module")
+def tiny(shared_tiny_beir, tiny_checkpoints):
+    """The tiny baseline LM's encoder and the tiny BEIR dataset: what the stores' tests index."""
+    from cone.data.loaders import load_beir
+    from cone.encoders.registry import load_encoder
+
+    return load_encoder("baseline", tiny_checkpoints), load_beir(shared_tiny_beir, "tiny")

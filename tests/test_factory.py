@@ -26,10 +26,7 @@ from cone.indexing.manifest import read_manifest
 from cone.indexing.open import open_index
 from cone.service.app import create_app
 
-
-def unit_rows(n: int, d: int, seed: int = 0, offset: float = 0.0) -> np.ndarray:
-    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32) + offset
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+from tiny import unit_rows
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cone.cli import main
-from cone.data.loaders import load_beir
-from cone.encoders.registry import load_encoder
 from cone.errors import InputError
 from cone.indexing import store
 from cone.indexing.dense import build_dense
@@ -23,17 +21,9 @@ from cone.indexing.manifest import read_manifest
 from cone.indexing.open import open_index
 from cone.service.app import create_app
 
+from tiny import unit_rows
+
 pytest.importorskip("lancedb")
-
-
-def unit_rows(n: int, d: int, seed: int = 0) -> np.ndarray:
-    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-@pytest.fixture(scope="module")
-def tiny(shared_tiny_beir, tiny_checkpoints):
-    return load_encoder("baseline", tiny_checkpoints), load_beir(shared_tiny_beir, "tiny")
 
 
 def test_lance_types_parse_to_the_lancedb_store_with_their_metric_and_store_maps_the_default():

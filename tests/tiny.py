@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from cone.models.gpt import GPTConfig
 from cone.models.train import TrainConfig
+
+
+def unit_rows(n: int, d: int, seed: int = 0, offset: float = 0.0) -> np.ndarray:
+    """n random unit rows of d (shifted by ``offset`` before normalizing: a cone's shared direction, all ones)."""
+    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32) + offset
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
 
 TINY = GPTConfig(vocab_size=300, n_embd=32, n_layer=2, n_head=2, block_size=16)
 
