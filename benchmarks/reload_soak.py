@@ -124,11 +124,7 @@ def main() -> None:
         stop.set()
         for thread in threads:
             thread.join(90)
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
     summary = {
         "cpu": cpu_name(),
         "indexes": str(args.indexes),

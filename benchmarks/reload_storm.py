@@ -189,11 +189,7 @@ def main() -> None:
         stop.set()
         for thread in threads:
             thread.join(TIMEOUT)
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
     result = {
         "cpu": cpu_name(),
         "indexes": str(args.indexes),

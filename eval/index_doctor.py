@@ -26,7 +26,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
 
 import faiss
 import numpy as np
@@ -38,7 +37,7 @@ from cone.eval.doctor import Diagnosis, K, check_vectors, diagnose, flat_index, 
 from cone.eval.significance import ALPHA, paired_p
 from cone.geometry import unit_rows
 from cone.indexing.factory import FloatCodes, sign_codes
-from cone.indexing.lance import lancedb_module
+from cone.indexing.lance import lancedb_module, pyarrow_module
 from cone.output import native_stdout_silenced
 
 FAISS_METRICS = {faiss.METRIC_INNER_PRODUCT: "inner product", faiss.METRIC_L2: "l2"}
@@ -513,7 +512,7 @@ def _lance_candidates(found: Found, vectors: np.ndarray) -> list[_Candidate]:
     def candidate(name: str, metric: str, rows: np.ndarray, how: str, change: str) -> _Candidate:
         def write(path: Path) -> None:
             lancedb = lancedb_module()
-            pa = _pyarrow()
+            pa = pyarrow_module()
             table = pa.table({column: pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), rows.shape[1])})
             made = lancedb.connect(path.parent).create_table(path.name[: -len(".lance")], table)
             made.create_index(column, config=getattr(lancedb.index, config)(distance_type=metric, **options))
@@ -549,12 +548,6 @@ def _lance_candidates(found: Found, vectors: np.ndarray) -> list[_Candidate]:
         )
     )
     return made
-
-
-def _pyarrow() -> ModuleType:
-    import pyarrow  # installed with lancedb
-
-    return pyarrow
 
 
 # USearch: a wider codec, or the same codec over centered vectors.

@@ -182,7 +182,7 @@ class LanceCodes:
     def _create(self, folder: Path) -> None:
         lancedb = lancedb_module()
         vectors, ids = self._pending
-        pa = _pyarrow()
+        pa = pyarrow_module()
         columns = {
             "row": pa.array(np.arange(len(vectors), dtype=np.int64)),
             "id": pa.array(ids if ids is not None else [str(r) for r in range(len(vectors))], pa.string()),
@@ -295,7 +295,7 @@ class LanceWriter:
     ``--ray`` too) holds one shard of vectors, never the corpus. Rows are numbered in the order they come."""
 
     def __init__(self, folder: Path, kind: IndexType, dim: int, settings: dict[str, str]) -> None:
-        self.lancedb, self.pa = lancedb_module(), _pyarrow()
+        self.lancedb, self.pa = lancedb_module(), pyarrow_module()
         self.folder, self.name, self.dim, self.metric = folder, type_of(kind.factory), dim, kind.metric
         self.settings = settings
         self.count = 0
@@ -374,7 +374,7 @@ class LanceStore:
         return LanceCodes.read(folder, kind.factory, dim, params | {"metric": kind.metric})
 
 
-def _pyarrow() -> ModuleType:
+def pyarrow_module() -> ModuleType:
     import pyarrow  # a dependency of lancedb itself
 
     return pyarrow

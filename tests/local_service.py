@@ -1,8 +1,9 @@
-"""Test helpers (also used by benchmarks/load_bench.py): a free loopback port, and waiting for /readyz."""
+"""Test helpers (also used by the benchmarks that serve): a free loopback port, waiting for /readyz, stopping."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 import urllib.request
 
@@ -25,3 +26,12 @@ def wait_ready(url: str, timeout: float = 300) -> None:
             pass
         time.sleep(0.1)
     raise TimeoutError(f"service at {url} not ready after {timeout:.0f} s")
+
+
+def stop(server: subprocess.Popen, grace: float = 30) -> None:
+    """SIGTERM, then SIGKILL if the server has not left within ``grace`` seconds."""
+    server.terminate()
+    try:
+        server.wait(grace)
+    except subprocess.TimeoutExpired:
+        server.kill()
