@@ -35,6 +35,7 @@ from cone.eval.harness import load_eval_data, run_eval
 from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult, Samples
 from cone.eval.significance import compare_pairs
+from cone.indexing.spec import IndexSpec
 from cone.output import git_commit
 
 RUN = re.compile(r"^(?P<start>[a-z][a-z_]*)-seed(?P<seed>\d+)$")
@@ -85,7 +86,7 @@ def _result(label: str, rows: list[dict]) -> EvalResult:
     """One result standing for several seeds: per-query nDCG@10 and per-pair STS cosines averaged."""
     sts = {name: np.mean([r["sts"][name] for r in rows], axis=0) for name in rows[0]["sts"]}
     samples = Samples(np.mean([r["ndcg"] for r in rows], axis=0), sts=sts or None)
-    return EvalResult(label, rows[0]["postprocess"], None, metrics={}, samples=samples)
+    return EvalResult(IndexSpec(label, postprocess=rows[0]["postprocess"]), None, metrics={}, samples=samples)
 
 
 def _summary(rows: list[dict]) -> dict:

@@ -18,6 +18,7 @@ import numpy as np
 from cone.data.loaders import data_dir, doc_text, load_beir
 from cone.encoders.registry import load_encoder
 from cone.indexing.factory import build_codes
+from cone.indexing.spec import parse_index_type
 
 
 def docs_per_s(fn, texts: list[str]) -> float:
@@ -70,7 +71,7 @@ def ann_at_scale(n: int, n_queries: int, factories: list[str], seed: int = 0) ->
     truth = None
     for factory in ["Flat", *factories]:
         start = time.perf_counter()
-        index = build_codes(base, factory).index
+        index = build_codes(base, parse_index_type(factory)).index
         build_s = time.perf_counter() - start
         settings = [None]
         if factory.startswith("IVF"):

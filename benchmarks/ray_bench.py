@@ -32,6 +32,7 @@ from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions, connect
 from cone.encoders.registry import load_encoder
 from cone.indexing.dense import build_dense
 from cone.indexing.open import open_index
+from cone.indexing.spec import parse_index_type
 from cone.indexing.streaming import build_dense_streaming
 
 STREAM_FACTORY, STREAM_SEARCH = "IVF64,Flat", "nprobe=64"  # every list probed: the exact answers
@@ -50,7 +51,7 @@ def timed_build(encoder, dataset: RetrievalDataset, out: Path, stream_from: Path
     if stream_from is None:
         build_dense(encoder, dataset, out, progress=False)
     else:
-        build_dense_streaming(encoder, stream_from, out, factory=STREAM_FACTORY, search_params=STREAM_SEARCH,
+        build_dense_streaming(encoder, stream_from, out, parse_index_type(STREAM_FACTORY), search_params=STREAM_SEARCH,
                               progress=False)  # fmt: skip
     return time.perf_counter() - start
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from cone.indexing.store import index_name
+from cone.indexing.spec import IndexSpec, parse_index_type
 from cone.models.checkpoint import checkpoints_dir
 
 MODEL, LAYER = "baseline", "emb"
@@ -134,7 +134,7 @@ def free_port() -> int:
 
 def served(indexes: Path, factory: str) -> dict:
     """`cone serve` over ``indexes``: its resident memory after loading and after one search."""
-    name = index_name(MODEL, "none", LAYER, factory)
+    name = IndexSpec(MODEL, parse_index_type(factory), layer=LAYER).folder_name()
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "cone", "serve", "--indexes", str(indexes), "--port", str(port)],

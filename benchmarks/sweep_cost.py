@@ -24,7 +24,7 @@ from cone.eval.harness import load_eval_data
 from cone.eval.plan import EvalPlan
 from cone.eval.sweep import evaluate_and_report
 from cone.indexing.dense import CACHE_ENV
-from cone.indexing.factory import parse_factory_list
+from cone.indexing.spec import parse_factory_list, parse_index_type
 
 SWEEP = "none,cone:0.5,cone:0.9,cone:0.99,cone:0.999,cone:0.99+center,cone:0.99+whiten,rogue:2:30"
 
@@ -40,7 +40,7 @@ def timed_run(data, model: str, specs: list[str], factories: list[str], out: Pat
                 models=(model,),
                 indexes=Path(scratch) / "indexes",
                 postprocesses=specs,
-                factories=factories,
+                factories=tuple(parse_index_type(factory) for factory in factories),
                 progress=False,
             )
             results = evaluate_and_report(data, plan, out, command).results

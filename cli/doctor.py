@@ -18,7 +18,7 @@ from cone.cli.options import (
     add_checkpoints_option,
     add_progress_option,
     add_runtime_options,
-    factory_list,
+    index_types,
     layer,
     positive_int,
     runtime_for,
@@ -94,7 +94,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--target", type=float, default=0.95, help="recall@10 to keep (default %(default)s)")
     p.add_argument(
         "--types",
-        type=factory_list,
+        type=index_types,
         default=None,
         help="index types to try, comma-separated (default: Flat, SQfp16, SQ8, PQ<d/8>, BIN, BIN+rescore:40, "
         "RaBitQ, HNSW32, IVF<N/100>,Flat)",

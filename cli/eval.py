@@ -36,7 +36,8 @@ from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult, sts_keys
 from cone.eval.sweep import evaluate_and_report
 from cone.indexing.codes import METRICS
-from cone.indexing.factory import STORES, metric_choices, store_types
+from cone.indexing.factory import STORES
+from cone.indexing.spec import metric_choices, store_types
 from cone.output import dump_json, table
 
 DEFAULT_MODELS = ",".join(MODEL_NAMES)
@@ -171,9 +172,9 @@ def run_eval_command(args: argparse.Namespace) -> int:
         postprocesses=args.postprocess,
         layers=args.layers,
         factories=tuple(
-            spec
+            kind
             for factory in (*args.index_factory, *(t for s in args.store for t in store_types(s)))
-            for spec in metric_choices(factory, args.metric)
+            for kind in metric_choices(factory, args.metric)
         ),
         search_params=args.search_params,
         runtimes=chosen_runtimes,
@@ -184,5 +185,5 @@ def run_eval_command(args: argparse.Namespace) -> int:
     )
     with ray_session(ray):
         done = evaluate_and_report(data, plan, args.out, this_command(), announce_skips())
-    print(dump_json(done.payload) if args.json else summary(done.results, done.files))
+    print(dump_json(done.payload.to_json()) if args.json else summary(done.results, done.files))
     return 0

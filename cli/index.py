@@ -23,16 +23,15 @@ from cone.cli.options import (
 )
 from cone.data.loaders import data_dir, dataset_folder, load_corpus
 from cone.encoders.auto import AUTO
-from cone.encoders.base import Runtime
 from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions
 from cone.encoders.registry import LEXICAL, MODEL_NAMES, check_model_name, is_lexical, load_encoder
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
-from cone.indexing import store
 from cone.indexing.codes import METRICS, split_metric
 from cone.indexing.dense import build_dense
-from cone.indexing.factory import DEFAULT_FACTORY, STORES, check_buildable, for_store
+from cone.indexing.factory import DEFAULT_FACTORY, STORES, check_buildable
 from cone.indexing.lexical import build_bm25
+from cone.indexing.spec import IndexSpec, for_store
 from cone.indexing.streaming import StreamOptions, build_dense_streaming, check_streamable
 
 
@@ -132,34 +131,34 @@ def run_index(args: argparse.Namespace) -> int:
     named = split_metric(args.index_factory)[1]
     if args.metric and named and named != args.metric:
         raise InputError(f"--metric {args.metric} contradicts --index-factory {args.index_factory}: name one metric")
-    args.index_factory = for_store(args.index_factory, args.store, args.metric)
+    kind = for_store(args.index_factory, args.store, args.metric)
+    spec = IndexSpec(args.model, kind, postprocess, args.layer, runtime, args.search_params)
     progress = not args.no_progress
     if lexical:
         out = build_bm25(load_corpus(root, args.dataset), args.out / LEXICAL, progress)
     else:
         with ray_session(ray):
-            out = _build_dense(args, postprocess, runtime, root, ray, progress)
+            out = _build_dense(args, spec, root, ray, progress)
     print(f"index written to {out}")
     return 0
 
 
 def _build_dense(
-    args: argparse.Namespace, postprocess: str, runtime: Runtime, root: Path, ray: RayOptions | None, progress: bool
+    args: argparse.Namespace, spec: IndexSpec, root: Path, ray: RayOptions | None, progress: bool
 ) -> Path:
-    encoder = load_encoder(args.model, args.checkpoints, args.layer, runtime, root)
+    encoder = load_encoder(spec.model, args.checkpoints, spec.layer, spec.runtime, root)
     if args.stream:  # before any encoding
-        check_streamable(args.index_factory, encoder.dim, args.search_params)
+        check_streamable(spec.index_type, encoder.dim, spec.search_params)
     else:
-        check_buildable(args.index_factory, encoder.dim, args.search_params)
+        check_buildable(spec.index_type, encoder.dim, spec.search_params)
     if ray is not None:
-        encoder = RayEncoder(encoder, EncoderRecipe(args.model, args.checkpoints, runtime, root), ray)
-    # The folder's name carries everything that built it, so another factory never replaces an index silently.
-    out = args.out / store.index_name(args.model, postprocess, args.layer, args.index_factory, runtime)
+        encoder = RayEncoder(encoder, EncoderRecipe(spec.model, args.checkpoints, spec.runtime, root), ray)
+    out = args.out / spec.folder_name()
     if args.stream:
         options = StreamOptions(args.shard_size, args.sample_size)
         folder = dataset_folder(root, args.dataset)
         return build_dense_streaming(
-            encoder, folder, out, postprocess, args.index_factory, args.search_params, options, progress
+            encoder, folder, out, spec.index_type, spec.postprocess, spec.search_params, options, progress
         )
     dataset = load_corpus(root, args.dataset)  # an index needs no queries nor qrels
-    return build_dense(encoder, dataset, out, postprocess, args.index_factory, progress, args.search_params)
+    return build_dense(encoder, dataset, out, spec.postprocess, spec.index_type, progress, spec.search_params)

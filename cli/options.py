@@ -13,7 +13,8 @@ from cone.encoders.auto import AUTO, auto_help, choose_runtime, follows_the_cpu
 from cone.encoders.base import BACKENDS, QUANTIZATIONS, SUPPORTED, Runtime
 from cone.encoders.cluster import ACTORS_START_S, RayOptions, connected
 from cone.errors import InputError
-from cone.indexing.factory import parse_factory, parse_factory_list, parse_search_params
+from cone.indexing.codes import IndexType, parse_search_params
+from cone.indexing.spec import parse_factory_list, parse_index_type
 from cone.models.checkpoint import CHECKPOINTS_ENV
 
 
@@ -87,11 +88,11 @@ def _parse(text: str, kind: type, what: str) -> int | float:
 
 # FAISS factory components that need the next one (IVF256 needs its code: IVF256,Flat); the comma is FAISS's own.
 def index_factory(text: str) -> str:
-    """One index type (cone.indexing.factory), checked when the command line is read, before any work. Kept as
+    """One index type (cone.indexing.spec), checked when the command line is read, before any work. Kept as
     written: its spec would name the store's default metric (lance:IVF_PQ@l2), which ``--metric`` must not lose
     to (``for_store`` spells it as cone does once the metric is known)."""
     try:
-        parse_factory(text)
+        parse_index_type(text)
         return text
     except InputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
@@ -107,12 +108,17 @@ def checked_search_params(text: str) -> str:
 
 
 def factory_list(text: str) -> list[str]:
-    """Comma- (or ;-) separated index types (``cone.indexing.factory.parse_factory_list``), checked when the
+    """Comma- (or ;-) separated index types (``cone.indexing.spec.parse_factory_list``), checked when the
     command line is read."""
     try:
         return parse_factory_list(text)
     except InputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def index_types(text: str) -> dict[str, IndexType]:
+    """``factory_list``'s index types, each with its parsed type, by the names they were given."""
+    return {name: parse_index_type(name) for name in factory_list(text)}
 
 
 def positive_int(text: str) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from importlib.util import find_spec
 
 import faiss
 import numpy as np
@@ -25,8 +24,9 @@ from cone.geometry import as_matrix, measure, pair_cosines, spread, unit_rows
 from cone.geometry.instruments import refuse_unmeasurable_rows
 from cone.geometry.summary import Geometry
 from cone.indexing import postprocess as pp
-from cone.indexing.factory import BinaryCodes, Codes, FloatCodes, build_codes, make_faiss, parse_factory
-from cone.indexing.lance import INSTALL, PREFIX, LanceCodes
+from cone.indexing.codes import IndexType
+from cone.indexing.factory import STORES, Codes, FloatCodes, build_codes
+from cone.indexing.spec import parse_index_type
 
 K = 10
 REPAIRS = ("none", "center", "whiten", "abtt:3", "standardize")
@@ -146,6 +146,9 @@ class Checkup:
         }
 
 
+IndexTypes = dict[str, IndexType]  # the doctor's index types by the names its report gives them
+
+
 def diagnose(vectors: np.ndarray) -> Diagnosis:
     """The instruments on the raw vectors, and what they name."""
     geometry = measure(vectors)
@@ -164,29 +167,25 @@ def diagnose(vectors: np.ndarray) -> Diagnosis:
     return Diagnosis(geometry, pairs["mean"], pairs["std"], rogue, rogue_shares, findings)
 
 
-def default_types(n_docs: int, dim: int) -> tuple[list[str], dict[str, str]]:
-    """The index types a user's store offers, sized for ``n_docs`` vectors of ``dim``; and their search params."""
+def default_types(n_docs: int, dim: int) -> tuple[IndexTypes, dict[str, str]]:
+    """The index types a user's store offers, sized for ``n_docs`` vectors of ``dim``, by the names the report
+    gives them; and their search params. FAISS's are sized here; every other store adds its own
+    (``Store.doctor_types``) where it can build them (installed)."""
     pq = max(m for m in range(1, dim // 8 + 1) if dim % m == 0)  # d/8 bytes, a divisor of d as FAISS needs
     lists = max(1, n_docs // 100)
-    types = ["Flat", "SQfp16", "SQ8", f"PQ{pq}", "BIN", f"BIN+rescore:{RESCORE_DEPTH}", "RaBitQ", "HNSW32"]
-    types.append(f"IVF{lists},Flat")
-    if find_spec("lancedb") is not None:  # the store's own types, where cone[lancedb] is installed
-        types += [f"{PREFIX}{name}" for name in ("IVF_PQ", "IVF_HNSW_SQ", "IVF_RQ")]
+    names = ["Flat", "SQfp16", "SQ8", f"PQ{pq}", "BIN", f"BIN+rescore:{RESCORE_DEPTH}", "RaBitQ", "HNSW32"]
+    names.append(f"IVF{lists},Flat")
+    types = {name: parse_index_type(name) for name in names}  # the doctor's own plan, parsed where it is made
+    for store in STORES.values():
+        try:
+            own = {name: parse_index_type(name) for name in store.doctor_types}
+            for kind in own.values():
+                store.check(kind, dim, "")
+        except InputError:  # not installed here: the user's store is not this one
+            continue
+        types |= own
     params = {"HNSW32": "efSearch=64", f"IVF{lists},Flat": f"nprobe={max(1, lists // 8)}"}
     return types, params
-
-
-def bytes_per_vector(codes: Codes, dim: int, n: int) -> float:
-    """What the index keeps per vector beyond its fixed part (codebooks, centroids): the serialized size of the
-    full index less that of the same index emptied, over n; BIN+rescore adds its float32 rescoring vectors."""
-    if isinstance(codes, BinaryCodes):
-        return codes.index.code_size + (4 * dim if codes.floats is not None else 0)
-    if isinstance(codes, LanceCodes):  # LanceDB keeps the vectors themselves beside any index: all it stores
-        return codes.stored_bytes() / n
-    full = faiss.serialize_index(codes.index).size
-    empty = faiss.clone_index(codes.index)
-    empty.reset()
-    return (full - faiss.serialize_index(empty).size) / n
 
 
 def top_rows(codes: Codes, queries: np.ndarray) -> np.ndarray:
@@ -196,7 +195,7 @@ def top_rows(codes: Codes, queries: np.ndarray) -> np.ndarray:
 def _trials(
     docs: np.ndarray,
     queries: np.ndarray,
-    types: list[str],
+    types: IndexTypes,
     params: dict[str, str],
     ndcg: Callable | None,
     step: Callable[[], None],
@@ -209,9 +208,9 @@ def _trials(
         fitted = pp.fit(docs, repair)
         d, q = unit_rows(pp.apply(docs, fitted)), unit_rows(pp.apply(queries, fitted))
         exact = top_rows(FloatCodes(flat_index(d)), q)
-        for factory in types:
+        for factory, kind in types.items():
             try:
-                codes = build_codes(d, factory, params.get(factory, ""))
+                codes = build_codes(d, kind, params.get(factory, ""))
             except InputError as exc:
                 untried.setdefault(factory, str(exc))
                 step()
@@ -220,7 +219,7 @@ def _trials(
             trial = Trial(
                 factory,
                 repair,
-                float(bytes_per_vector(codes, docs.shape[1], len(docs))),
+                float(codes.bytes_per_vector()),
                 metrics.overlap_at_k(rows, exact, K),
                 None if ndcg is None else float(ndcg(rows).mean()),
             )
@@ -291,27 +290,18 @@ def check_vectors(vectors: object, name: str = "the vectors") -> np.ndarray:
     return x
 
 
-def check_types(types: list[str], dim: int) -> None:
-    """Every index type named can be built at ``dim``, or one line naming it, before any work; none is dropped."""
-    for factory in types:
-        kind = parse_factory(factory)
-        if kind.store == "lancedb":
-            if find_spec("lancedb") is None:
-                raise InputError(f"--types {factory}: lancedb is not installed ({INSTALL})")
-            continue
-        if kind.binary:
-            continue
+def check_types(types: IndexTypes, dim: int) -> None:
+    """Every index type named can be built at ``dim`` by its store, or one line naming it, before any work; none
+    is dropped."""
+    for name, kind in types.items():
         try:
-            make_faiss(dim, kind.factory)
+            STORES[kind.store].check(kind, dim, "")
         except InputError as exc:
-            reason = str(exc).split("Error: ")[-1] if "Error: " in str(exc) else "FAISS cannot parse it"
-            raise InputError(
-                f"--types {factory!r} is not an index type FAISS can build at d = {dim}: {reason}"
-            ) from None
+            raise InputError(f"--types {name!r} cannot be built at d = {dim}: {exc}") from None
 
 
 def checkup(
-    sample: Sample, target: float = 0.95, types: list[str] | None = None, step: Callable[[], None] = lambda: None
+    sample: Sample, target: float = 0.95, types: IndexTypes | None = None, step: Callable[[], None] = lambda: None
 ) -> Checkup:
     """Diagnose the sample's raw document vectors and try every index type x repair with its queries."""
     check_target(target)
@@ -354,7 +344,7 @@ def _adjusted(effects: list[RepairEffect]) -> list[RepairEffect]:
     return [replace(e, ndcg_p=float(adjusted[e.repair])) if e.repair in adjusted else e for e in effects]
 
 
-def steps(types: list[str] | None, n_docs: int, dim: int) -> int:
+def steps(types: IndexTypes | None, n_docs: int, dim: int) -> int:
     """How many builds ``checkup`` runs (for a progress bar)."""
     return len(REPAIRS) * len(types or default_types(n_docs, dim)[0])
 

@@ -23,11 +23,10 @@ from cone.eval import metrics
 from cone.eval.plan import ALL_LAYERS, EvalPlan
 from cone.eval.results import GEOMETRY_KEYS, STS_MEAN, EvalResult, Samples, sts_key, sts_name
 from cone.geometry import pair_cosines, spread
-from cone.indexing import postprocess as pp
 from cone.indexing.dense import cache_corpus_layers, correct_corpus
-from cone.indexing.factory import DEFAULT_FACTORY, settings_taken
 from cone.indexing.index import Index, Queries, VectorIndex
 from cone.indexing.reuse import open_or_build_bm25, open_or_build_dense
+from cone.indexing.spec import IndexSpec
 
 RETRIEVE_K = 100
 RANDOM_PAIRS = 20_000
@@ -108,12 +107,11 @@ def build_indexes(
     folders = []
     for runtime in plan.model_runtimes(model):
         encoder = load_encoder(model, plan.checkpoints, runtime=runtime, data_root=plan.data_root)
-        for spec in (pp.parse(s) for s in plan.postprocesses):
-            corpus = partial(correct_corpus, encoder, data.dataset, spec, plan.progress, on_encoded)
+        for postprocess in plan.postprocesses:
+            spec = IndexSpec(model, postprocess=postprocess, layer=encoder.layer, runtime=runtime)
+            corpus = partial(correct_corpus, encoder, data.dataset, spec.postprocess, plan.progress, on_encoded)
             with suppress(InputError):
-                index = open_or_build_dense(
-                    encoder, model, data.dataset, spec, corpus, DEFAULT_FACTORY, plan.indexes, progress=plan.progress
-                )
+                index = open_or_build_dense(encoder, data.dataset, spec, corpus, plan.indexes, plan.progress)
                 folders.append(index.folder)
     return folders
 
@@ -212,45 +210,33 @@ def _approximate_row(
     return values, Samples(ndcg, top=rows[:, : metrics.HUB_K], n_docs=len(index.docs))
 
 
-def _dense(
-    encoder: Encoder, model: str, data: EvalData, spec: str, corpus: Callable, factory: str, plan: EvalPlan
-) -> VectorIndex:
-    params = settings_taken(factory, plan.search_params, encoder.dim)
-    return open_or_build_dense(encoder, model, data.dataset, spec, corpus, factory, plan.indexes, params, plan.progress)
-
-
 def evaluate_dense(
     encoder: Encoder,
     model: str,
-    specs: list[str],
+    postprocesses: list[str],
     data: EvalData,
     plan: EvalPlan,
     encoded: EncodedEvalData,
 ) -> list[EvalResult]:
-    """Every (post-processing, factory) row of one model layer, from its encoded queries and cached corpus."""
+    """Every (post-processing, index type) row of one model layer, from its encoded queries and cached corpus."""
     results = []
-    for spec in specs:
-        corpus = cache(partial(correct_corpus, encoder, data.dataset, spec, plan.progress))
-        try:
-            index = _dense(encoder, model, data, spec, corpus, DEFAULT_FACTORY, plan)
-        except InputError as exc:  # a spec this model's space cannot take (cone:0.5 on vectors already at 0.9)
-            results.append(EvalResult(model, spec, None, encoder.layer, reason=str(exc)))
-            continue
-        values, samples, exact = _exact_row(index, data, encoded)
-        results.append(EvalResult(model, spec, index.folder.name, encoder.layer, metrics=values, samples=samples))
-        for factory in plan.factories:
-            if factory == DEFAULT_FACTORY:
-                continue
+    for postprocess in postprocesses:
+        exact = IndexSpec(model, postprocess=postprocess, layer=encoder.layer, runtime=encoder.runtime)
+        corpus = cache(partial(correct_corpus, encoder, data.dataset, exact.postprocess, plan.progress))
+        reference = None  # the exact index's top rows, which every other type's are measured against
+        for spec in plan.specs(exact, encoder.dim):
             try:
-                index = _dense(encoder, model, data, spec, corpus, factory, plan)
-            except InputError as exc:  # a type this corpus cannot train (lance:IVF_PQ on < 256 vectors), no lancedb
-                results.append(EvalResult(model, spec, None, encoder.layer, reason=str(exc), factory=factory))
+                index = open_or_build_dense(encoder, data.dataset, spec, corpus, plan.indexes, plan.progress)
+            except InputError as exc:  # cone:0.5 on vectors already at 0.9; lance:IVF_PQ on < 256 vectors, ...
+                results.append(EvalResult(spec, None, reason=str(exc)))
+                if reference is None:
+                    break  # no exact row: the correction itself failed, and no type is measured against it
                 continue
-            values, samples = _approximate_row(index, data, encoded, exact)
-            row = EvalResult(
-                model, spec, index.folder.name, encoder.layer, metrics=values, samples=samples, factory=factory
-            )
-            results.append(row)
+            if reference is None:
+                values, samples, reference = _exact_row(index, data, encoded)
+            else:
+                values, samples = _approximate_row(index, data, encoded, reference)
+            results.append(EvalResult(spec, index.folder.name, metrics=values, samples=samples))
     return results
 
 
@@ -258,7 +244,7 @@ def evaluate_layers(
     encoder: LayeredEncoder,
     model: str,
     layers: list[Layer],
-    specs: list[str],
+    postprocesses: list[str],
     data: EvalData,
     plan: EvalPlan,
 ) -> list[EvalResult]:
@@ -269,12 +255,15 @@ def evaluate_layers(
         try:
             views[layer] = encoder.at_layer(layer)
         except InputError as exc:  # e.g. --layers 6 on a 4-block LM beside a 6-block one
-            rows[layer] = [EvalResult(model, spec, None, layer, reason=str(exc)) for spec in specs]
+            rows[layer] = [
+                EvalResult(IndexSpec(model, postprocess=p, layer=layer, runtime=encoder.runtime), None, reason=str(exc))
+                for p in postprocesses
+            ]
     if views:
         cache_corpus_layers(encoder, list(views), data.dataset, plan.progress)
         encoded = encode_eval_data(encoder, list(views), data, plan.progress)
         for layer, view in views.items():
-            rows[layer] = evaluate_dense(view, model, specs, data, plan, encoded[layer])
+            rows[layer] = evaluate_dense(view, model, postprocesses, data, plan, encoded[layer])
     return [row for layer in layers for row in rows[layer]]
 
 
@@ -284,35 +273,34 @@ def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     query_ids = sorted(ds.queries)
     values, ndcg, _ = _ranking(index, [ds.queries[q] for q in query_ids], query_ids, ds.qrels)
     # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
-    return EvalResult(LEXICAL, "none", index.folder.name, metrics=values, samples=Samples(ndcg))
+    return EvalResult(IndexSpec(LEXICAL), index.folder.name, metrics=values, samples=Samples(ndcg))
 
 
 def run_eval(data: EvalData, plan: EvalPlan, on_result: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
     """One result per row of ``plan`` (model, runtime, layer, post-processing, factory), each given to
     ``on_result`` as it comes; an unavailable model's results carry its reason."""
-    specs = [pp.parse(s) for s in plan.postprocesses]
     results: list[EvalResult] = []
     for model in plan.models:
         for runtime in plan.model_runtimes(model):
-            found = _evaluate_model(model, runtime, specs, data, plan)
+            found = _evaluate_model(model, runtime, list(plan.postprocesses), data, plan)
             for result in found:
-                result.runtime = runtime.tag
                 if on_result is not None:
                     on_result(result)
             results.extend(found)
     return results
 
 
-def _evaluate_model(model: str, runtime: Runtime, specs: list[str], data: EvalData, plan: EvalPlan) -> list[EvalResult]:
+def _evaluate_model(
+    model: str, runtime: Runtime, postprocesses: list[str], data: EvalData, plan: EvalPlan
+) -> list[EvalResult]:
     if is_lexical(model):
         return [evaluate_bm25(data, plan.indexes, plan.progress)]
     try:
         encoder = load_encoder(model, plan.checkpoints, runtime=runtime, data_root=plan.data_root)
-    except ModelUnavailable as exc:
-        return [EvalResult(model, spec, None, reason=exc.explanation) for spec in specs]
-    except InputError as exc:  # e.g. an LM asked to run on OpenVINO
-        return [EvalResult(model, spec, None, reason=str(exc)) for spec in specs]
+    except (ModelUnavailable, InputError) as exc:  # no weights; an LM asked to run on OpenVINO
+        why = exc.explanation if isinstance(exc, ModelUnavailable) else str(exc)
+        return [EvalResult(IndexSpec(model, postprocess=p, runtime=runtime), None, reason=why) for p in postprocesses]
     if plan.ray is not None:
         encoder = RayEncoder(encoder, EncoderRecipe(model, plan.checkpoints, runtime, plan.data_root), plan.ray)
     chosen = encoder.all_layers() if plan.layers == ALL_LAYERS else list(plan.layers)
-    return evaluate_layers(encoder, model, chosen, specs, data, plan)
+    return evaluate_layers(encoder, model, chosen, postprocesses, data, plan)

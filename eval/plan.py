@@ -9,7 +9,10 @@ from pathlib import Path
 from cone.encoders.base import TORCH, Layer, Runtime
 from cone.encoders.cluster import RayOptions
 from cone.encoders.registry import check_model_name, is_lexical
-from cone.indexing.factory import DEFAULT_FACTORY
+from cone.indexing import postprocess as pp
+from cone.indexing.codes import IndexType
+from cone.indexing.factory import settings_taken
+from cone.indexing.spec import EXACT, IndexSpec
 
 ALL_LAYERS = "all"  # ``layers``: emb and every block of each dense model
 
@@ -20,8 +23,8 @@ class EvalPlan:
     what it needs. Lists given are kept as tuples, in order, each item once.
 
     ``indexes``: the index folder to reuse and fill. ``layers``: which space of each dense model ("last": its own
-    output; "emb"; a block number), or ``ALL_LAYERS``. ``factories``: FAISS factories, each besides Flat a row
-    compared with the exact Flat index; ``search_params`` apply to every factory but Flat, each setting to the
+    output; "emb"; a block number), or ``ALL_LAYERS``. ``factories``: index types (cone.indexing.spec), each besides
+    the exact Flat a row compared with it; ``search_params`` apply to every factory but Flat, each setting to the
     types that take it. ``runtimes``: what runs
     each dense model's forward pass (the LMs run on torch only, and say so in their rows); ``runtime_of``: a model's
     one runtime in their place (`cone demo --backend auto` chooses per model). ``checkpoints``: the
@@ -32,7 +35,7 @@ class EvalPlan:
     indexes: Path
     postprocesses: tuple[str, ...] = ("none",)
     layers: tuple[Layer, ...] | str = ("last",)
-    factories: tuple[str, ...] = (DEFAULT_FACTORY,)
+    factories: tuple[IndexType, ...] = (EXACT,)
     search_params: str = ""
     runtimes: tuple[Runtime, ...] = (TORCH,)
     runtime_of: Mapping[str, Runtime] = field(default_factory=dict)
@@ -42,6 +45,7 @@ class EvalPlan:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "postprocesses", tuple(pp.parse(p) for p in self.postprocesses))  # before any work
         for name in ("models", "postprocesses", "factories", "runtimes"):
             object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
         if self.layers != ALL_LAYERS:
@@ -55,3 +59,10 @@ class EvalPlan:
         if is_lexical(model):
             return (TORCH,)
         return (self.runtime_of[model],) if model in self.runtime_of else self.runtimes
+
+    def specs(self, exact: IndexSpec, dim: int) -> list[IndexSpec]:
+        """The rows of one correction of one model's vectors: ``exact`` (the Flat index, their reference) first,
+        then each other type with the search settings its store takes (``--search-params nprobe=64`` reaches
+        IVF64,PQ32, not PQ32)."""
+        others = [kind for kind in self.factories if kind != EXACT]
+        return [exact, *(exact.with_type(kind, settings_taken(kind, self.search_params, dim)) for kind in others)]

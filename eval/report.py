@@ -1,4 +1,4 @@
-"""The eval's outputs: report.json (schema in docs/eval.md), report.md and PNG figures."""
+"""The eval's outputs: report.json (its schema: cone.eval.schema, docs/eval.md), report.md and PNG figures."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from cone import __version__
 from cone.eval.figures import write_figures
 from cone.eval.results import GEOMETRY_KEYS, EvalResult, sts_keys
+from cone.eval.schema import ComparisonRecord, Delta, Report
 from cone.eval.significance import Comparison
 from cone.output import dump_json, format_value
 
@@ -39,23 +40,23 @@ class ReportFiles:
 
 def payload(
     dataset: str, quick: bool, results: list[EvalResult], command: str, comparisons: list[Comparison] = ()
-) -> dict:
-    """report.json's content (schema in docs/eval.md)."""
-    return {
-        "dataset": dataset,
-        "quick": quick,
-        "cone_version": __version__,
-        "command": command,
-        "results": [r.to_json() for r in results],
-        "comparisons": [c.to_json() for c in comparisons],
-    }
+) -> Report:
+    """report.json's content, checked against its schema (cone.eval.schema; docs/eval.md) as it is made."""
+    return Report(
+        dataset=dataset,
+        quick=quick,
+        cone_version=__version__,
+        command=command,
+        results=[r.to_json() for r in results],
+        comparisons=[c.to_json() for c in comparisons],
+    )
 
 
-def write_report(out: Path, report: dict, results: list[EvalResult]) -> ReportFiles:
+def write_report(out: Path, report: Report, results: list[EvalResult]) -> ReportFiles:
     """report.json, the PNG figures and report.md under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.json"
-    path.write_text(dump_json(report))
+    path.write_text(dump_json(report.to_json()))
     figures = write_figures(out, results)
     return ReportFiles(path, write_markdown(out, report, results, figures), figures)
 
@@ -85,37 +86,37 @@ COMPARISONS_NOTE = (
 )
 
 
-def _interval_cell(deltas: list[dict]) -> str:
+def _interval_cell(deltas: list[Delta]) -> str:
     cells = []
     for d in deltas:
-        low, high = d["ci95"]
-        mark = "**yes**" if d["significant"] else "no"
-        name = f"{d['name']}: " if len(deltas) > 1 else ""
-        cells.append(f"{name}{d['delta']:+.4f} [{low:+.4f}, {high:+.4f}] {mark}")
+        low, high = d.ci95
+        mark = "**yes**" if d.significant else "no"
+        name = f"{d.name}: " if len(deltas) > 1 else ""
+        cells.append(f"{name}{d.delta:+.4f} [{low:+.4f}, {high:+.4f}] {mark}")
     return "; ".join(cells) or "—"
 
 
-def _comparison_table(comparisons: list[dict]) -> list[str]:
+def _comparison_table(comparisons: list[ComparisonRecord]) -> list[str]:
     lines = [
         "| b vs a | Δ nDCG@10 | p (adjusted) | significant | Δ STS ρ [95% interval] significant "
         "| Δ threshold F1 [95% interval] | Δ hubness skew [95% interval] |"
     ]
     lines.append("|---|---|---|---|---|---|---|")
     for c in comparisons:
-        significant = "**yes**" if c["ndcg_significant"] else "no"
-        f1, hubs = (_interval_cell([c[key]] if c.get(key) else []) for key in ("threshold_f1", "hubness_skew"))
+        significant = "**yes**" if c.ndcg_significant else "no"
+        f1, hubs = (_interval_cell([delta] if delta else []) for delta in (c.threshold_f1, c.hubness_skew))
         lines.append(
-            f"| {c['b']} vs {c['a']} | {c['ndcg_delta']:+.4f} | {c['ndcg_p']:.4f} ({c['ndcg_p_adjusted']:.4f}) | "
-            f"{significant} | {_interval_cell(c['sts'])} | {f1} | {hubs} |"
+            f"| {c.b} vs {c.a} | {c.ndcg_delta:+.4f} | {c.ndcg_p:.4f} ({c.ndcg_p_adjusted:.4f}) | "
+            f"{significant} | {_interval_cell(c.sts)} | {f1} | {hubs} |"
         )
     return lines
 
 
-def write_markdown(out: Path, report: dict, results: list[EvalResult], figures: list[Path]) -> Path:
+def write_markdown(out: Path, report: Report, results: list[EvalResult], figures: list[Path]) -> Path:
     available = [r for r in results if r.available]
     missing = [r for r in results if not r.available]
-    lines = [f"# cone eval: {report['dataset']}", "", f"Command: `{report['command']}`", ""]
-    if report["quick"]:
+    lines = [f"# cone eval: {report.dataset}", "", f"Command: `{report.command}`", ""]
+    if report.quick:
         lines += ["**Quick subset** (docs/eval.md): it exercises the path; its figures are not the benchmark's.", ""]
     if any(r.synthetic for r in available):
         lines += [SYNTHETIC_NOTE, ""]
@@ -123,8 +124,8 @@ def write_markdown(out: Path, report: dict, results: list[EvalResult], figures: 
     for title, columns in COLUMNS.items():
         columns = (*columns, *sts) if title == "retrieval" else columns
         lines += [f"## {title.capitalize()}", "", *_md_table(available, columns), ""]
-    if report.get("comparisons"):
-        lines += ["## Comparisons", "", COMPARISONS_NOTE, "", *_comparison_table(report["comparisons"]), ""]
+    if report.comparisons:
+        lines += ["## Comparisons", "", COMPARISONS_NOTE, "", *_comparison_table(report.comparisons), ""]
     if missing:
         lines += ["## Unavailable", ""]
         reasons = {(r.model if r.index is None and r.postprocess == "none" else r.label): r.reason for r in missing}

@@ -9,6 +9,7 @@ import numpy as np
 
 from cone.geometry import INSTRUMENTS
 from cone.indexing.postprocess import is_synthetic
+from cone.indexing.spec import IndexSpec
 
 # The index's instruments the eval copies into each dense result (from the manifest of the index it searched).
 GEOMETRY_KEYS = (*INSTRUMENTS, "sigreg_x_floor", "uniformity")
@@ -51,15 +52,36 @@ class Samples:
 
 @dataclass
 class EvalResult:
-    model: str
-    postprocess: str
-    index: str | None  # the index folder's name; None when the model is unavailable
-    layer: str | int = "last"
-    reason: str | None = None  # why the model is unavailable; None when it was evaluated
+    """One row of the eval: the index it searched (``spec``), its folder's name (None when the model or the type
+    is unavailable, ``reason`` saying why), its metrics and the samples behind them."""
+
+    spec: IndexSpec
+    index: str | None
+    reason: str | None = None
     metrics: dict[str, float | int | None] = field(default_factory=dict)
     samples: Samples | None = field(default=None, repr=False)
-    factory: str = "Flat"  # the FAISS index type searched
-    runtime: str = "torch"  # what ran the encoder (Runtime.tag: torch, openvino-int8, ...)
+
+    @property
+    def model(self) -> str:
+        return self.spec.model
+
+    @property
+    def postprocess(self) -> str:
+        return self.spec.postprocess
+
+    @property
+    def layer(self) -> str | int:
+        return self.spec.layer
+
+    @property
+    def factory(self) -> str:
+        """The index type searched, with its metric (Flat: the exact reference)."""
+        return self.spec.factory
+
+    @property
+    def runtime(self) -> str:
+        """What ran the encoder (Runtime.tag: torch, openvino-int8, ...)."""
+        return self.spec.runtime.tag
 
     @property
     def synthetic(self) -> bool:
@@ -72,12 +94,8 @@ class EvalResult:
 
     @property
     def label(self) -> str:
-        """model[@runtime][layer]+postprocess, as the report's tables and figures name a result."""
-        name = self.model if self.runtime == "torch" else f"{self.model}@{self.runtime}"
-        name = name if self.layer == "last" else f"{name}[{self.layer}]"
-        name = name if self.postprocess == "none" else f"{name}+{self.postprocess}"
-        name = name if self.factory == "Flat" else f"{name} [{self.factory}]"
-        return f"{name} (synthetic)" if self.synthetic else name
+        """How the report's tables and figures name the row (cone.indexing.spec.IndexSpec.label)."""
+        return self.spec.label
 
     def to_json(self) -> dict:
         """The report.json record (docs/eval.md); the raw samples stay out."""

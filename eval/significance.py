@@ -5,15 +5,16 @@ of comparisons in the report (Benjamini-Hochberg)."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.stats import bootstrap, false_discovery_control, permutation_test, rankdata, spearmanr
 
-from cone.encoders.base import Layer, layer_order
+from cone.encoders.base import TORCH, layer_order
 from cone.eval import metrics
 from cone.eval.results import EvalResult, Samples
 from cone.indexing.postprocess import is_synthetic
+from cone.indexing.spec import EXACT, IndexSpec
 
 PERMUTATIONS = 10_000
 RESAMPLES = 1_000
@@ -71,9 +72,14 @@ class Comparison:
         }
 
 
-def _plain(rows: list[EvalResult]) -> dict[tuple[str, str, Layer], EvalResult]:
-    """Each (model, runtime, layer)'s plain row: no post-processing, the exact Flat index."""
-    return {(r.model, r.runtime, r.layer): r for r in reversed(rows) if r.postprocess == "none" and r.factory == "Flat"}
+def _plain_spec(spec: IndexSpec) -> IndexSpec:
+    """The plain row of a row's model, runtime and layer: no post-processing, the exact Flat index."""
+    return replace(spec, postprocess="none", index_type=EXACT, search_params="")
+
+
+def _plain(rows: list[EvalResult]) -> dict[IndexSpec, EvalResult]:
+    """Each (model, runtime, layer)'s plain row, by its spec."""
+    return {r.spec: r for r in reversed(rows) if r.spec == _plain_spec(r.spec)}
 
 
 def pairs(results: list[EvalResult]) -> list[tuple[EvalResult, EvalResult]]:
@@ -82,27 +88,26 @@ def pairs(results: list[EvalResult]) -> list[tuple[EvalResult, EvalResult]]:
     the baseline on the same layer, post-processing and factory; and a row run by ONNX / OpenVINO with the same
     row run by torch (the quality cost of the faster runtime); and a repaired row (``cone:0.99+center``) with
     the damaged row it repairs (``cone:0.99``, same factory) and with the healthy row of that factory (the model
-    with no post-processing, same factory): "improves" and "repairs" are two different claims."""
+    with no post-processing, same factory): "improves" and "repairs" are two different claims. Rows are found by
+    their specs: a row's counterpart is its spec with one field changed."""
     rows = [r for r in results if r.available and r.samples is not None]
     plain = _plain(rows)
-    own = [(plain.get((r.model, r.runtime, r.layer)), r) for r in rows]
+    own = [(plain.get(_plain_spec(r.spec)), r) for r in rows]
     found = [(a, b) for a, b in own if a not in (None, b)]
-    for model, runtime in dict.fromkeys((r.model, r.runtime) for r in rows):
-        depth = [r for (m, rt, _), r in plain.items() if (m, rt) == (model, runtime)]
+    for model, runtime in dict.fromkeys((r.model, r.spec.runtime) for r in rows):
+        depth = [r for spec, r in plain.items() if (spec.model, spec.runtime) == (model, runtime)]
         found += list(itertools.pairwise(sorted(depth, key=lambda r: layer_order(r.layer))))
-    key = {(r.model, r.runtime, r.layer, r.postprocess, r.factory): r for r in rows}
+    key = {r.spec: r for r in rows}
     for r in rows:
-        if r.model == "baseline" and (other := key.get(("regularized", r.runtime, r.layer, r.postprocess, r.factory))):
+        if r.model == "baseline" and (other := key.get(replace(r.spec, model="regularized"))):
             found.append((r, other))
-        if r.runtime != "torch" and (reference := key.get((r.model, "torch", r.layer, r.postprocess, r.factory))):
+        if r.spec.runtime != TORCH and (reference := key.get(replace(r.spec, runtime=TORCH))):
             found.append((reference, r))
-        found += [
-            pair for pair in _damage_and_repair(r, key) if pair[0] is not plain.get((r.model, r.runtime, r.layer))
-        ]
+        found += [pair for pair in _damage_and_repair(r, key) if pair[0] is not plain.get(_plain_spec(r.spec))]
     return found
 
 
-def _damage_and_repair(row: EvalResult, key: dict) -> list[tuple[EvalResult, EvalResult]]:
+def _damage_and_repair(row: EvalResult, key: dict[IndexSpec, EvalResult]) -> list[tuple[EvalResult, EvalResult]]:
     """What a synthetic degradation costs each index type and what a repair gives back: (healthy, damaged) for a
     degraded row (cone:C [PQ32] against [PQ32]); (damaged, repaired) and (healthy, repaired) for a row whose
     post-processing ends in a repair stage after a degradation (cone:C+center), when the other rows were measured."""
@@ -116,7 +121,7 @@ def _damage_and_repair(row: EvalResult, key: dict) -> list[tuple[EvalResult, Eva
         specs = (damage, "none") if before and is_synthetic(damage) else ()
     found = []
     for spec in specs:
-        if (other := key.get((row.model, row.runtime, row.layer, spec, row.factory))) is not None:
+        if (other := key.get(replace(row.spec, postprocess=spec))) is not None:
             found.append((other, row))
     return found
 

@@ -11,12 +11,13 @@ from cone.eval import report
 from cone.eval.harness import EvalData, run_eval
 from cone.eval.plan import EvalPlan
 from cone.eval.results import EvalResult
+from cone.eval.schema import Report
 from cone.eval.significance import compare
 
 
 @dataclass(frozen=True)
 class EvalReport:
-    payload: dict  # report.json's content
+    payload: Report  # report.json's content
     files: report.ReportFiles
     results: list[EvalResult]
 

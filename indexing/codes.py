@@ -136,6 +136,7 @@ class Store(Protocol):
     default_metric: str  # the store's own default
     exact: str  # its exhaustive search of the float32 rows (what --store makes of the default Flat)
     legacy_metric: str | None  # what an index written before the metric was recorded searched by
+    doctor_types: tuple[str, ...]  # what `cone doctor` tries of this store by default (FAISS's: sized by the doctor)
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         """The checked type; ``metric`` None: the store's default."""

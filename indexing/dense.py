@@ -21,9 +21,11 @@ from cone.geometry import histogram, measure, pair_cosines, spread, unit_rows
 from cone.geometry.summary import Geometry, PairCosines
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.factory import DEFAULT_FACTORY, Codes, build_codes, parse_factory, read_codes, recorded_type
+from cone.indexing.codes import IndexType
+from cone.indexing.factory import Codes, build_codes, read_codes
 from cone.indexing.index import Queries, SearchResult
 from cone.indexing.manifest import DenseManifest, read_manifest
+from cone.indexing.spec import EXACT, IndexSpec
 
 PARAMS_FILE = "postprocess.npz"
 CACHE_ENV = "CONE_CACHE_DIR"
@@ -174,32 +176,26 @@ def dense_manifest(
     encoder: Encoder,
     corpus: CorpusIdentity,
     corrected: CorrectedCorpus,
-    factory: str,
+    kind: IndexType,
     search_params: str,
     fit_sample: int | None = None,
     index_params: dict[str, int | str | None] | None = None,
 ) -> DenseManifest:
-    kind = parse_factory(factory)
+    """The manifest of ``encoder``'s corpus under ``kind``: its spec's keys, and what the build measured."""
+    spec = IndexSpec(encoder.name, kind, corrected.postprocess, encoder.layer, encoder.runtime, search_params)
     return DenseManifest(
-        model=encoder.name,
+        **spec.manifest_fields(),
         dataset=corpus.dataset,
         corpus_fingerprint=corpus.fingerprint,
         n_docs=corpus.n_docs,
         encoder_fingerprint=encoder.fingerprint,
         metric="inner_product",
-        postprocess=corrected.postprocess,
-        index_factory=kind.factory,
-        index_metric=kind.metric,
-        search_params=search_params,
         index_params=index_params or {},
         dim=encoder.dim,
-        layer=encoder.layer,
         postprocess_params={k: list(v.shape) for k, v in corrected.params.items()},
         geometry_raw=corrected.geometry_raw,
         geometry=corrected.geometry,
         random_pair_cosines=corrected.random_pair_cosines,
-        backend=encoder.runtime.backend,
-        quantize=encoder.runtime.quantize,
         encoded_on=encoder.encoded_on.tag,
         fit_sample=fit_sample,
     )
@@ -210,7 +206,7 @@ def build_dense(
     dataset: RetrievalDataset,
     out: Path,
     postprocess: str | CorrectedCorpus = "none",
-    factory: str = DEFAULT_FACTORY,
+    kind: IndexType = EXACT,
     progress: bool = True,
     search_params: str = "",
 ) -> Path:
@@ -222,13 +218,13 @@ def build_dense(
         else correct_corpus(encoder, dataset, postprocess, progress)
     )
     doc_ids = sorted(dataset.corpus)
-    codes = build_codes(corpus.vectors, factory, search_params, doc_ids)
+    codes = build_codes(corpus.vectors, kind, search_params, doc_ids)
     identity = CorpusIdentity(dataset.name, dataset.fingerprint(), len(doc_ids))
     with store.writing_index(out) as folder:
         codes.write(folder.path)
         np.savez(folder.path / PARAMS_FILE, **corpus.params)
         folder.add_docs(doc_ids, dataset.corpus)
-        folder.manifest = dense_manifest(encoder, identity, corpus, factory, search_params, index_params=codes.params)
+        folder.manifest = dense_manifest(encoder, identity, corpus, kind, search_params, index_params=codes.params)
     return out
 
 
@@ -242,9 +238,10 @@ class DenseIndex:
         m = self.manifest
         on_disk = m.fit_sample is not None
         try:
-            self.index_type = recorded_type(m.index_factory, m.index_metric)
+            self.spec = IndexSpec.of_manifest(m)
         except InputError as exc:
             raise DamagedIndex(f"{self.folder}: manifest's index type: {exc}") from None
+        self.index_type = self.spec.index_type
         self.codes: Codes = read_codes(self.folder, self.index_type, m.dim, m.search_params, on_disk, m.index_params)
         try:
             with np.load(self.folder / PARAMS_FILE) as npz:
@@ -261,11 +258,6 @@ class DenseIndex:
     def faiss_index(self) -> faiss.Index | faiss.IndexBinary:
         """The FAISS object (float or binary) behind the codes."""
         return self.codes.index
-
-    @property
-    def spec(self) -> str:
-        """The index type with its metric (``PQ32``, ``lance:IVF_PQ@l2``): what the index is."""
-        return self.index_type.spec
 
     def close(self) -> None:
         """Close the document table and the lists file now; searching after it is a DamagedIndex."""

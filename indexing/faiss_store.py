@@ -397,6 +397,7 @@ class FaissStore:
     default_metric = DOT
     exact = DEFAULT_FACTORY  # the store's exhaustive search of float32 rows
     legacy_metric = None  # the default: every FAISS index before the metric was recorded used the inner product
+    doctor_types = ()  # the doctor sizes FAISS's types by N and d (cone.eval.doctor.default_types)
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         return parse(factory, metric)

@@ -10,6 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from cone.indexing.manifest import BM25Manifest, DenseManifest
+from cone.indexing.spec import IndexSpec
 from cone.indexing.store import DocTable
 
 Queries = Sequence[str] | np.ndarray  # texts, or the index's encoder's raw vectors of them (N, d)
@@ -59,7 +60,7 @@ class Index(Protocol):
 class VectorIndex(Index, Protocol):
     """An index over vectors: it can say where queries and documents lie in its (corrected) space."""
 
-    spec: str  # its index type with the metric (cone.indexing.codes.IndexType.spec)
+    spec: IndexSpec  # what the index is: model, runtime, layer, post-processing, type with its metric
 
     def embed(self, queries: Queries, progress: bool = False) -> np.ndarray:
         """Queries in the index's space: encoded (if texts), corrected as the corpus was, unit norm."""

@@ -345,6 +345,7 @@ class LanceStore:
     default_metric = L2  # LanceDB's own
     exact = PREFIX + "FLAT"  # the store's exhaustive search of float32 rows
     legacy_metric = DOT  # every Lance index cone built before the metric was a choice
+    doctor_types = tuple(PREFIX + name for name in ("IVF_PQ", "IVF_HNSW_SQ", "IVF_RQ"))
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         metric = metric or self.default_metric

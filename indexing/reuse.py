@@ -11,14 +11,13 @@ from cone.data.loaders import RetrievalDataset
 from cone.encoders.base import Encoder
 from cone.encoders.registry import LEXICAL
 from cone.errors import DamagedIndex
-from cone.indexing import postprocess as pp
 from cone.indexing import store
 from cone.indexing.dense import CorrectedCorpus, build_dense
-from cone.indexing.factory import DEFAULT_FACTORY, parse_factory
 from cone.indexing.index import Index, VectorIndex
 from cone.indexing.lexical import build_bm25
 from cone.indexing.manifest import MANIFEST
 from cone.indexing.open import open_index
+from cone.indexing.spec import IndexSpec
 
 
 def open_or_build(folder: Path, open_it: Callable[[], Index], build: Callable[[], Path]) -> Index:
@@ -35,39 +34,33 @@ def open_or_build(folder: Path, open_it: Callable[[], Index], build: Callable[[]
 
 def open_or_build_dense(
     encoder: Encoder,
-    model: str,
     dataset: RetrievalDataset,
-    spec: str,
+    spec: IndexSpec,
     corpus: Callable[[], CorrectedCorpus],
-    factory: str,
     indexes: Path,
-    search_params: str = "",
     progress: bool = True,
 ) -> VectorIndex:
-    """``model``'s index of ``dataset`` under ``indexes`` for one post-processing and factory. ``corpus`` gives
-    ``spec``'s correction, computed on the first build that needs it (callers share it between factories);
-    ``search_params`` apply to every factory but the exact one."""
-    layer, runtime = encoder.layer, encoder.runtime
-    factory = parse_factory(factory).spec  # with its metric: PQ32 and PQ32@l2 are two indexes
-    folder = indexes / store.index_name(model, spec, layer, factory, runtime)
-    params = "" if factory == DEFAULT_FACTORY else search_params
+    """The index of ``spec`` (``encoder``'s: its model, layer and runtime) over ``dataset``, in its folder under
+    ``indexes``. ``corpus`` gives the spec's correction, computed on the first build that needs it (callers share
+    it between index types)."""
+    folder = indexes / spec.folder_name()
 
     def open_matching() -> VectorIndex:
         index = open_index(
             folder,
-            model=model,
+            model=spec.model,
             corpus_fingerprint=dataset.fingerprint(),
-            encoders={(model, layer, runtime): encoder},
-            runtime=runtime,
+            encoders={(spec.model, spec.layer, spec.runtime): encoder},
+            runtime=spec.runtime,
         )
-        built = (index.manifest.postprocess, index.spec, index.manifest.search_params)
-        if built != (pp.parse(spec), factory, params):  # a folder of that name built otherwise: not this one
-            raise DamagedIndex(f"{folder}: built as {built}, not {(spec, factory, params)}")
+        if (why := spec.mismatch(index.manifest)) is not None:  # a folder of that name built otherwise
+            raise DamagedIndex(f"{folder}: {why}, not {spec.label}")
         return index
 
-    return open_or_build(
-        folder, open_matching, lambda: build_dense(encoder, dataset, folder, corpus(), factory, progress, params)
-    )
+    def build() -> Path:
+        return build_dense(encoder, dataset, folder, corpus(), spec.index_type, progress, spec.search_params)
+
+    return open_or_build(folder, open_matching, build)
 
 
 def open_or_build_bm25(dataset: RetrievalDataset, indexes: Path, progress: bool = True) -> Index:

@@ -7,7 +7,6 @@ renames of the swap) both folders complete, and ``recover`` puts the newer one b
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,40 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from cone.data.loaders import Corpus
-from cone.encoders.base import TORCH, Runtime
 from cone.errors import DamagedIndex
 from cone.indexing import guard
 from cone.indexing.manifest import MANIFEST, BM25Manifest, DenseManifest, write_manifest
-from cone.indexing.postprocess import folder_part as postprocess_folder_part
 
 DOCS = "docs.jsonl"
 OFFSETS = "docs.offsets"  # little-endian uint64: where each line of docs.jsonl starts, then the file's size
 SNIPPET_CHARS = 300
-
-
-def model_folder_part(model: str) -> str:
-    """A model's part of an index name: the built-in names as they are; st:PATH flattened and followed by a short
-    hash of PATH, so that st:/m/a_b, st:/m_a/b and st:/m/a/b name three folders."""
-    flat = model.replace(":", "_").replace("/", "_")
-    if not model.startswith("st:"):
-        return flat
-    return f"{flat}-{hashlib.sha256(model[3:].encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
-
-
-def index_name(
-    model: str, postprocess: str, layer: str | int = "last", factory: str = "Flat", runtime: Runtime = TORCH
-) -> str:
-    """Folder name of an index: model[-runtime][-layerL][-postprocess][-factory], safe for a filesystem."""
-    parts = [model_folder_part(model)]
-    if runtime != TORCH:
-        parts.append(runtime.tag)
-    if layer != "last":
-        parts.append(f"layer{layer}")
-    if postprocess != "none":
-        parts.append(postprocess_folder_part(postprocess))  # abtt:3 -> abtt3, cone:0.99 -> cone0.99, ...
-    if factory != "Flat":
-        parts.append(re.sub(r"[^A-Za-z0-9_.]+", "_", factory))
-    return "-".join(parts)
 
 
 LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-[0-9a-f]{8}$")  # .NAME.tmp-<hex>, .NAME.old-<hex>

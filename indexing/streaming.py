@@ -28,7 +28,7 @@ from cone.errors import ClusterError, InputError
 from cone.geometry import unit_rows
 from cone.indexing import postprocess as pp
 from cone.indexing import store
-from cone.indexing.codes import StreamWriter
+from cone.indexing.codes import IndexType, StreamWriter
 from cone.indexing.dense import PARAMS_FILE, CorpusIdentity, correct_vectors, dense_manifest
 from cone.indexing.factory import check_buildable, streamed_writer
 
@@ -47,12 +47,12 @@ class StreamOptions:
             raise InputError(f"--shard-size must be ≥ 1 and --sample-size ≥ 2 ({self.shard_size}, {self.sample_size})")
 
 
-def check_streamable(factory: str, dim: int, search_params: str = "") -> None:
+def check_streamable(kind: IndexType, dim: int, search_params: str = "") -> None:
     """Refuse, before any encoding, a type its store cannot build a shard at a time (FAISS: only a plain IVF
     factory's inverted lists can stay on disk) and settings the type does not take."""
-    check_buildable(factory, dim, search_params)
+    check_buildable(kind, dim, search_params)
     with tempfile.TemporaryDirectory(prefix="cone-stream-check-") as scratch:
-        streamed_writer(Path(scratch), Path(scratch), factory, dim, search_params)
+        streamed_writer(Path(scratch), Path(scratch), kind, dim, search_params)
 
 
 def _local_batches(encoder: Encoder, folder: Path, shard_size: int) -> Iterator[tuple[list[Document], np.ndarray]]:
@@ -159,8 +159,8 @@ def build_dense_streaming(
     encoder: Encoder,
     dataset: Path,
     out: Path,
+    kind: IndexType,
     postprocess: str = "none",
-    factory: str = "IVF1024,Flat",
     search_params: str = "",
     options: StreamOptions | None = None,
     progress: bool = True,
@@ -169,7 +169,7 @@ def build_dense_streaming(
     encoded here or, for a ``cone.encoders.cluster.RayEncoder``, on its Ray cluster."""
     postprocess = pp.parse(postprocess)
     options = options or StreamOptions()
-    check_streamable(factory, encoder.dim, search_params)  # before any encoding
+    check_streamable(kind, encoder.dim, search_params)  # before any encoding
     on_cluster = encoder.encoded_on.on_cluster  # a cone.encoders.cluster.RayEncoder
     with store.writing_index(out) as folder:
         scratch = folder.path / SHARDS
@@ -190,7 +190,7 @@ def build_dense_streaming(
             raise InputError(f"{dataset / 'corpus.jsonl'}: no documents")
         sample = _sample(writer.shards, n_docs, options)
         corrected = correct_vectors(sample, postprocess)
-        index = streamed_writer(folder.path, out, factory, encoder.dim, search_params)
+        index = streamed_writer(folder.path, out, kind, encoder.dim, search_params)
         index.train(corrected.vectors)
         with tqdm(total=n_docs, desc="fill index", unit="doc", disable=not progress) as bar:
             index_params = _fill(index, writer.shards, corrected.params, bar)
@@ -198,6 +198,6 @@ def build_dense_streaming(
         np.savez(folder.path / PARAMS_FILE, **corrected.params)
         identity = CorpusIdentity(dataset.name, writer.fingerprint.hexdigest(), n_docs)
         folder.manifest = dense_manifest(
-            encoder, identity, corrected, factory, search_params, len(sample), index_params
+            encoder, identity, corrected, kind, search_params, len(sample), index_params
         )
     return out

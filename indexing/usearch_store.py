@@ -168,6 +168,7 @@ class UsearchStore:
     default_metric = COSINE  # USearch's own (MetricKind.Cos)
     exact = PREFIX + EXACT + "f32"  # the store's exhaustive search of float32 rows
     legacy_metric = None  # every USearch index records its metric
+    doctor_types = ()  # its codecs are the eval's (cone eval --store usearch), not the doctor's
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         exact, codec = _parts(factory)

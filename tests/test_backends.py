@@ -20,10 +20,11 @@ from cone.errors import DamagedIndex, InputError, ModelUnavailable
 from cone.eval.harness import build_indexes, load_eval_data, run_eval
 from cone.eval.plan import EvalPlan
 from cone.eval.significance import pairs
-from cone.indexing import store
 from cone.indexing.dense import DenseIndex, build_dense
 from cone.indexing.manifest import read_manifest
 from cone.indexing.open import open_index
+
+from tiny import folder_name
 
 pytest.importorskip("optimum.intel", reason="the OpenVINO backend is not installed (make install installs it)")
 
@@ -91,7 +92,7 @@ def test_an_index_records_its_runtime_and_refuses_queries_from_another(tiny_robe
     spec = f"st:{tiny_roberta_dir}"
     dataset = load_beir(tiny_beir, "tiny")
     encoder = load_encoder(spec, runtime=OPENVINO)
-    folder = build_dense(encoder, dataset, tmp_path / store.index_name(spec, "none", runtime=OPENVINO), progress=False)
+    folder = build_dense(encoder, dataset, tmp_path / folder_name(spec, "none", runtime=OPENVINO), progress=False)
     assert folder.name.endswith("-openvino")
     manifest = read_manifest(folder)
     assert (manifest.backend, manifest.quantize) == ("openvino", "none")
@@ -138,7 +139,7 @@ def test_a_model_s_own_runtime_names_the_index_its_eval_reads(tiny_roberta_dir, 
     data = load_eval_data(shared_tiny_beir, "tiny", with_sts=False)
     plan = EvalPlan((spec,), tmp_path / "idx", runtime_of={spec: OPENVINO}, progress=False)
     (built,) = build_indexes(spec, data, plan)
-    assert built.name == store.index_name(spec, "none", runtime=OPENVINO)
+    assert built.name == folder_name(spec, "none", runtime=OPENVINO)
     written = built.stat().st_mtime_ns
     (result,) = run_eval(data, plan)
     assert (result.label, result.index, result.available) == (f"{spec}@openvino", built.name, True)

@@ -84,7 +84,7 @@ def test_metric_is_the_metric_the_index_is_built_by(argv, built_as, monkeypatch,
     """--metric with an --index-factory of LanceDB or USearch once built under the store's default metric: the
     option's parser wrote the default into the type (lance:IVF_PQ@l2) and a type's own @METRIC wins."""
     seen = []
-    monkeypatch.setattr("cone.cli.index._build_dense", lambda args, *rest: seen.append(args.index_factory) or tmp_path)
+    monkeypatch.setattr("cone.cli.index._build_dense", lambda args, spec, *rest: seen.append(spec.factory) or tmp_path)
     assert main(["index", "--model", "baseline", "--out", str(tmp_path), *argv]) == 0
     assert seen == [built_as]
 

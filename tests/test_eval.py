@@ -282,11 +282,12 @@ def test_lm_layer_is_evaluated_through_its_own_index(shared_tiny_beir, tiny_chec
 def test_a_repaired_row_is_compared_with_the_damage_it_repairs_and_with_the_healthy_row():
     from cone.eval.results import EvalResult, Samples
     from cone.eval.significance import pairs
+    from cone.indexing.spec import IndexSpec, parse_index_type
 
     ndcg = Samples(np.linspace(0, 1, 5))
     rows = {
         (spec, factory): EvalResult(
-            "minilm", spec, f"{spec}-{factory}", "last", metrics={}, samples=ndcg, factory=factory
+            IndexSpec("minilm", parse_index_type(factory), spec), f"{spec}-{factory}", metrics={}, samples=ndcg
         )
         for spec in ("none", "cone:0.99", "cone:0.99+center", "center")
         for factory in ("Flat", "PQ32")

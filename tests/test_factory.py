@@ -12,21 +12,20 @@ from cone.cli import main
 from cone.data.loaders import load_beir
 from cone.encoders.registry import load_encoder
 from cone.errors import InputError
-from cone.indexing import store
 from cone.indexing.dense import build_dense
 from cone.indexing.factory import (
     BINARY_FILE,
     RESCORE_FILE,
     build_codes,
-    parse_factory,
     parse_search_params,
     sign_codes,
 )
 from cone.indexing.manifest import read_manifest
 from cone.indexing.open import open_index
+from cone.indexing.spec import parse_index_type
 from cone.service.app import create_app
 
-from tiny import unit_rows
+from tiny import folder_name, unit_rows
 
 
 @pytest.mark.parametrize(
@@ -47,7 +46,7 @@ from tiny import unit_rows
 )
 def test_factories_faiss_would_crash_hang_or_misbuild_on_are_refused_naming_the_part(factory, named):
     with pytest.raises(InputError, match=named):
-        parse_factory(factory)
+        parse_index_type(factory)
 
 
 @pytest.mark.parametrize("params", ["nprobe=0", "nprobe=-1", "efSearch=0", "qb=9", "qb=0", "nprobe", "=3"])
@@ -58,15 +57,15 @@ def test_search_params_that_break_searches_are_refused(params):
 
 def test_an_ivf_with_more_lists_than_vectors_is_refused_with_the_numbers():
     with pytest.raises(InputError, match="64 inverted lists but only 40 vectors"):
-        build_codes(unit_rows(40, 16), "IVF64,Flat")
+        build_codes(unit_rows(40, 16), parse_index_type("IVF64,Flat"))
 
 
 def test_qb_applies_to_rabitq_only_and_is_kept():
     vectors = unit_rows(300, 32)
-    assert build_codes(vectors, "RaBitQ", "qb=4").index.qb == 4
-    assert build_codes(vectors, "IVF4,RaBitQ", "nprobe=4,qb=8").index.qb == 8
+    assert build_codes(vectors, parse_index_type("RaBitQ"), "qb=4").index.qb == 4
+    assert build_codes(vectors, parse_index_type("IVF4,RaBitQ"), "nprobe=4,qb=8").index.qb == 8
     with pytest.raises(InputError, match="qb applies to RaBitQ indexes only"):
-        build_codes(vectors, "Flat", "qb=4")
+        build_codes(vectors, parse_index_type("Flat"), "qb=4")
 
 
 def test_sign_codes_are_sentence_transformers_ubinary():
@@ -76,13 +75,13 @@ def test_sign_codes_are_sentence_transformers_ubinary():
 
 def test_bin_scores_sign_agreement_and_full_depth_rescoring_is_exact():
     vectors, queries = unit_rows(200, 64), unit_rows(7, 64, seed=1)
-    flat_scores, flat_rows = build_codes(vectors, "Flat").search(queries, 10)
-    scores, rows = build_codes(vectors, "BIN").search(queries, 10)
+    flat_scores, flat_rows = build_codes(vectors, parse_index_type("Flat")).search(queries, 10)
+    scores, rows = build_codes(vectors, parse_index_type("BIN")).search(queries, 10)
     agree = (np.packbits(queries > 0, 1)[:, None, :] ^ np.packbits(vectors[rows] > 0, 2)).astype(np.uint8)
     hamming = np.unpackbits(agree, axis=2).sum(axis=2)
     np.testing.assert_allclose(scores, 1 - 2 * hamming / 64, atol=1e-6)
     assert (np.diff(scores, axis=1) <= 0).all()
-    rescored, rescored_rows = build_codes(vectors, "BIN+rescore:200").search(queries, 10)
+    rescored, rescored_rows = build_codes(vectors, parse_index_type("BIN+rescore:200")).search(queries, 10)
     assert np.array_equal(rescored_rows, flat_rows)
     np.testing.assert_allclose(rescored, flat_scores, atol=1e-5)
 
@@ -102,8 +101,8 @@ def test_new_index_types_round_trip_through_the_manifest_and_the_service(
     encoder = load_encoder("baseline", tiny_checkpoints)
     dataset = load_beir(shared_tiny_beir, "tiny")
     params = "nprobe=2,qb=4" if factory.startswith("IVF") else ""
-    folder = tmp_path / "served" / store.index_name("baseline", "center", factory=factory)
-    build_dense(encoder, dataset, folder, "center", factory, progress=False, search_params=params)
+    folder = tmp_path / "served" / folder_name("baseline", "center", factory=factory)
+    build_dense(encoder, dataset, folder, "center", parse_index_type(factory), progress=False, search_params=params)
     manifest = read_manifest(folder)
     assert (manifest.index_factory, manifest.search_params, manifest.postprocess) == (factory, params, "center")
     index = open_index(folder, tiny_checkpoints)
@@ -122,7 +121,9 @@ def test_a_damaged_binary_index_is_unavailable_and_the_others_serve(
     encoder = load_encoder("baseline", tiny_checkpoints)
     dataset = load_beir(shared_tiny_beir, "tiny")
     build_dense(encoder, dataset, tmp_path / "baseline", progress=False)
-    damaged = build_dense(encoder, dataset, tmp_path / "baseline-bin", "none", factory, progress=False)
+    damaged = build_dense(
+        encoder, dataset, tmp_path / "baseline-bin", "none", parse_index_type(factory), progress=False
+    )
     (damaged / damage).write_bytes((damaged / damage).read_bytes()[:50])
     with TestClient(create_app(tmp_path, tiny_checkpoints, load_in_background=False)) as client:
         models = {m["name"]: m for m in client.get("/models").json()["models"]}
@@ -182,4 +183,4 @@ def test_eval_refuses_bad_search_params_before_any_work(tiny_beir, tmp_path, cap
 
 def test_a_bin_index_takes_no_search_params():
     with pytest.raises(InputError, match="a BIN index has no search parameters"):
-        build_codes(unit_rows(50, 16), "BIN+rescore:8", "nprobe=2")
+        build_codes(unit_rows(50, 16), parse_index_type("BIN+rescore:8"), "nprobe=2")

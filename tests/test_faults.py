@@ -17,6 +17,8 @@ from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing import store
 
+from tiny import folder_name
+
 
 def refused(argv: list[str], capsys, code: int = 2) -> str:
     """Run ``cone argv``: it must end with ``code`` (returned, or argparse's exit) and one line on stderr."""
@@ -54,10 +56,10 @@ def test_postprocess_canonical_form_round_trips_and_keeps_the_value(spec, canoni
 
 def test_postprocess_folder_names_stay_portable_and_distinct():
     specs = ["rogue:1:1000000", "rogue:1:0.00001", "cone:0.00001", "cone:0.99999999", "rogue:2:1e20", "rogue:2:30"]
-    names = [store.index_name("minilm", pp.parse(s)) for s in specs]
+    names = [folder_name("minilm", pp.parse(s)) for s in specs]
     assert len(set(names)) == len(names)
     assert all(set(n) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") for n in names)
-    assert store.index_name("minilm", "rogue:2:30") == "minilm-rogue2x30"  # earlier builds' names unchanged
+    assert folder_name("minilm", "rogue:2:30") == "minilm-rogue2x30"  # earlier builds' names unchanged
 
 
 @pytest.mark.parametrize("bad", ["cone:1e0", "cone:0.99999999999999999", "rogue:1:0", "rogue:1:1e999", "cone:nan"])
@@ -70,10 +72,10 @@ def test_postprocess_refuses_out_of_range_values_in_any_notation(bad):
 
 
 def test_st_index_names_do_not_collide():
-    names = {store.index_name(m, "none") for m in ("st:/m/a_b", "st:/m_a/b", "st:/m/a/b")}
+    names = {folder_name(m, "none") for m in ("st:/m/a_b", "st:/m_a/b", "st:/m/a/b")}
     assert len(names) == 3
     assert all(n.startswith("st__m_a_b-") for n in names)
-    assert [store.index_name(m, "none") for m in ("baseline", "minilm", "regularized-ft")] == [
+    assert [folder_name(m, "none") for m in ("baseline", "minilm", "regularized-ft")] == [
         "baseline",
         "minilm",
         "regularized-ft",

@@ -16,9 +16,11 @@ from cone.eval.results import EvalResult, Samples
 from cone.eval.significance import compare, pairs
 from cone.geometry import anisotropy
 from cone.indexing import postprocess as pp
-from cone.indexing import store
 from cone.indexing.dense import build_dense
 from cone.indexing.open import open_index
+from cone.indexing.spec import IndexSpec, parse_index_type
+
+from tiny import folder_name
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +81,9 @@ def test_a_chained_synthetic_spec_round_trips_through_its_index(tiny_beir, tiny_
     enc = load_encoder("baseline", tiny_checkpoints)
     ds = load_beir(tiny_beir, "tiny")
     spec = "center+cone:0.9"
-    folder = tmp_path / store.index_name("baseline", spec, "last", "SQfp16")
+    folder = tmp_path / folder_name("baseline", spec, "last", "SQfp16")
     assert folder.name == "baseline-center-cone0.9-SQfp16"
-    build_dense(enc, ds, folder, spec, "SQfp16", progress=False)
+    build_dense(enc, ds, folder, spec, parse_index_type("SQfp16"), progress=False)
     index = open_index(folder, tiny_checkpoints)
     assert index.manifest.postprocess == spec and sorted(index.params) == pp.param_names(spec)
     assert index.manifest.random_pair_cosines.mean == pytest.approx(0.9, abs=0.02)  # 20,000 sampled pairs
@@ -110,7 +112,10 @@ def test_per_query_ndcg_averages_to_the_reported_ndcg():
 def _row(model: str, postprocess: str, ndcg: np.ndarray, sts: np.ndarray | None = None) -> EvalResult:
     samples = Samples(ndcg=ndcg, sts=None if sts is None else {"stsb": sts})
     return EvalResult(
-        model, postprocess, f"{model}-{postprocess}", metrics={"ndcg_at_10": ndcg.mean()}, samples=samples
+        IndexSpec(model, postprocess=postprocess),
+        f"{model}-{postprocess}",
+        metrics={"ndcg_at_10": ndcg.mean()},
+        samples=samples,
     )
 
 
@@ -148,7 +153,7 @@ def test_eval_rows_per_factory_with_recall_against_flat(shared_tiny_beir, tiny_c
         ("baseline",),
         tmp_path / "idx",
         ("center",),
-        factories=("Flat", "SQfp16"),
+        factories=(parse_index_type("Flat"), parse_index_type("SQfp16")),
         checkpoints=tiny_checkpoints,
         progress=False,
     )
@@ -168,7 +173,7 @@ def test_the_service_labels_a_synthetic_index(shared_tiny_beir, tiny_checkpoints
     enc = load_encoder("baseline", tiny_checkpoints)
     ds = load_beir(shared_tiny_beir, "tiny")
     for spec in ("none", "rogue:2:30"):
-        build_dense(enc, ds, tmp_path / store.index_name("baseline", spec), spec, progress=False)
+        build_dense(enc, ds, tmp_path / folder_name("baseline", spec), spec, progress=False)
     with TestClient(create_app(tmp_path, tiny_checkpoints, load_in_background=False)) as client:
         models = {m["name"]: m for m in client.get("/models").json()["models"]}
         assert models["baseline-rogue2x30"]["synthetic"] is True and models["baseline"]["synthetic"] is False
@@ -181,7 +186,8 @@ def test_the_service_labels_a_synthetic_index(shared_tiny_beir, tiny_checkpoints
 def _exact(model: str, postprocess: str, relevant: np.ndarray, random: np.ndarray, top: np.ndarray) -> EvalResult:
     ndcg = np.full(50, 0.5)
     samples = Samples(ndcg, random=random, relevant=relevant, top=top, n_docs=200)
-    return EvalResult(model, postprocess, f"{model}-{postprocess}", metrics={"ndcg_at_10": 0.5}, samples=samples)
+    spec = IndexSpec(model, postprocess=postprocess)
+    return EvalResult(spec, f"{model}-{postprocess}", metrics={"ndcg_at_10": 0.5}, samples=samples)
 
 
 def test_threshold_f1_and_hubness_get_a_paired_interval_that_finds_a_known_difference():

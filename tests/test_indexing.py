@@ -20,6 +20,9 @@ from cone.indexing.factory import build_codes
 from cone.indexing.lexical import BM25Index, build_bm25
 from cone.indexing.manifest import manifest_from_dict, read_manifest
 from cone.indexing.open import open_index
+from cone.indexing.spec import parse_index_type
+
+from tiny import folder_name
 
 
 @pytest.fixture(autouse=True)
@@ -168,7 +171,7 @@ def test_embeddings_are_cached_across_postprocessings(tiny_beir, tiny_roberta_di
     monkeypatch.setattr(enc, "encode", lambda texts, **kw: calls.append(len(texts)) or real(texts, **kw))
     ds = load_beir(tiny_beir, "tiny")
     for spec in ("none", "center", "whiten"):
-        build_dense(enc, ds, tmp_path / "idx" / store.index_name("roberta", spec), spec, progress=False)
+        build_dense(enc, ds, tmp_path / "idx" / folder_name("roberta", spec), spec, progress=False)
     assert calls == [40]
 
 
@@ -298,7 +301,10 @@ def test_any_beir_folder_can_be_named_by_its_path(tiny_beir, tmp_path, capsys):
 def test_pq_skips_polysemous_training_only_where_no_search_reads_it(factory):
     vectors = np.random.default_rng(0).standard_normal((600, 16)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    skipped, kept = build_codes(vectors, factory).index, build_codes(vectors, factory, "ht=64").index
+    skipped, kept = (
+        build_codes(vectors, parse_index_type(factory)).index,
+        build_codes(vectors, parse_index_type(factory), "ht=64").index,
+    )
     pq = [faiss.downcast_index(i) for i in (skipped, kept)]
     pq = [faiss.downcast_index(i.index) if isinstance(i, faiss.IndexPreTransform) else i for i in pq]
     assert [i.do_polysemous_training for i in pq] == [False, True]

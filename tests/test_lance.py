@@ -13,46 +13,47 @@ from fastapi.testclient import TestClient
 
 from cone.cli import main
 from cone.errors import InputError
-from cone.indexing import store
 from cone.indexing.dense import build_dense
-from cone.indexing.factory import build_codes, for_store, parse_factory
+from cone.indexing.factory import build_codes
 from cone.indexing.lance import FILES, TABLE
 from cone.indexing.manifest import read_manifest
 from cone.indexing.open import open_index
+from cone.indexing.spec import for_store, parse_index_type
 from cone.service.app import create_app
 
-from tiny import unit_rows
+from tiny import folder_name, unit_rows
 
 pytest.importorskip("lancedb")
 
 
 def test_lance_types_parse_to_the_lancedb_store_with_their_metric_and_store_maps_the_default():
-    assert parse_factory("lance:ivf_pq").factory == "lance:IVF_PQ"
-    assert parse_factory("lance:IVF_RQ").store == "lancedb" and parse_factory("PQ32").store == "faiss"
+    assert parse_index_type("lance:ivf_pq").factory == "lance:IVF_PQ"
+    assert parse_index_type("lance:IVF_RQ").store == "lancedb" and parse_index_type("PQ32").store == "faiss"
     # LanceDB's own default metric, l2, unless another is named; the metric is part of the type's name
-    assert parse_factory("lance:ivf_pq").spec == "lance:IVF_PQ@l2"
-    assert parse_factory("lance:IVF_PQ@Cosine").metric == "cosine"
+    assert parse_index_type("lance:ivf_pq").spec == "lance:IVF_PQ@l2"
+    assert parse_index_type("lance:IVF_PQ@Cosine").metric == "cosine"
     assert (
-        for_store("Flat", "lancedb") == "lance:FLAT@l2" and for_store("lance:IVF_PQ", None, "dot") == "lance:IVF_PQ@dot"
+        for_store("Flat", "lancedb").spec == "lance:FLAT@l2"
+        and for_store("lance:IVF_PQ", None, "dot").spec == "lance:IVF_PQ@dot"
     )
     with pytest.raises(InputError, match="LanceDB index types are lance:FLAT"):
-        parse_factory("lance:HNSW")
+        parse_index_type("lance:HNSW")
     with pytest.raises(InputError, match="the metric is one of dot, l2, cosine, not 'ip'"):
-        parse_factory("lance:IVF_PQ@ip")
+        parse_index_type("lance:IVF_PQ@ip")
     with pytest.raises(InputError, match="'PQ32' is a faiss type, not one of --store lancedb"):
         for_store("PQ32", "lancedb")
 
 
 def test_search_settings_a_type_does_not_take_and_untrainable_sizes_are_refused():
     with pytest.raises(InputError, match="lance:FLAT takes no search parameters, not 'nprobes'"):
-        build_codes(unit_rows(50, 16), "lance:FLAT", "nprobes=4")
+        build_codes(unit_rows(50, 16), parse_index_type("lance:FLAT"), "nprobes=4")
     with pytest.raises(InputError, match="lance:IVF_PQ' on 100 vectors: .* needs at least 256 vectors"):
-        build_codes(unit_rows(100, 16), "lance:IVF_PQ")
+        build_codes(unit_rows(100, 16), parse_index_type("lance:IVF_PQ"))
 
 
 def test_ivf_pq_parameters_come_from_n_and_d_and_its_top_hits_are_close_to_exact(tmp_path):
     vectors, queries = unit_rows(600, 64), unit_rows(20, 64, seed=1)
-    codes = build_codes(vectors, "lance:IVF_PQ", "refine_factor=50")
+    codes = build_codes(vectors, parse_index_type("lance:IVF_PQ"), "refine_factor=50")
     # sqrt(600) ~ 24 partitions, but LanceDB trains one per 256 vectors; d/8 sub-vectors of 8 dims.
     assert codes.params == {
         "metric": "l2",
@@ -63,14 +64,14 @@ def test_ivf_pq_parameters_come_from_n_and_d_and_its_top_hits_are_close_to_exact
         "refine_factor": 50,
     }
     codes.write(tmp_path)
-    exact_scores, exact_rows = build_codes(vectors, "Flat").search(queries, 10)
+    exact_scores, exact_rows = build_codes(vectors, parse_index_type("Flat")).search(queries, 10)
     scores, rows = codes.search(queries, 10)
     # every probe and a deep refine: the refined top 10 is the exact one, with exact cosines (1 - l2²/2)
     assert np.array_equal(rows, exact_rows)
     np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
     np.testing.assert_allclose(codes.vectors(), vectors)
     for metric in ("dot", "cosine"):  # each distance read back as the cosine
-        scores, rows = build_codes(vectors, f"lance:FLAT@{metric}").search(queries, 10)
+        scores, rows = build_codes(vectors, parse_index_type(f"lance:FLAT@{metric}")).search(queries, 10)
         assert np.array_equal(rows, exact_rows)
         np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
 
@@ -78,7 +79,9 @@ def test_ivf_pq_parameters_come_from_n_and_d_and_its_top_hits_are_close_to_exact
 def test_lance_flat_ranks_like_faiss_flat(tiny, tmp_path):
     encoder, dataset = tiny
     faiss_folder = build_dense(encoder, dataset, tmp_path / "flat", "center", progress=False)
-    lance_folder = build_dense(encoder, dataset, tmp_path / "lance", "center", "lance:FLAT", progress=False)
+    lance_folder = build_dense(
+        encoder, dataset, tmp_path / "lance", "center", parse_index_type("lance:FLAT"), progress=False
+    )
     queries = [dataset.queries[q] for q in sorted(dataset.queries)]
     exact = open_index(faiss_folder, encoders={("baseline", "last", encoder.runtime): encoder})
     found = open_index(lance_folder, encoders={("baseline", "last", encoder.runtime): encoder})
@@ -91,8 +94,8 @@ def test_lance_flat_ranks_like_faiss_flat(tiny, tmp_path):
 @pytest.mark.parametrize("factory", ["lance:FLAT@l2", "lance:IVF_HNSW_SQ@cosine", "lance:IVF_RQ@dot"])
 def test_a_lance_index_round_trips_through_the_manifest_and_the_service(factory, tiny, tiny_checkpoints, tmp_path):
     encoder, dataset = tiny
-    folder = tmp_path / "served" / store.index_name("baseline", "none", factory=factory)
-    build_dense(encoder, dataset, folder, "none", factory, progress=False)
+    folder = tmp_path / "served" / folder_name("baseline", "none", factory=factory)
+    build_dense(encoder, dataset, folder, "none", parse_index_type(factory), progress=False)
     manifest = read_manifest(folder)
     name, metric = factory.split("@")
     assert folder.name.endswith(f"{name.replace(':', '_')}_{metric}")  # the metric names the folder too
@@ -116,7 +119,9 @@ def test_a_lance_index_round_trips_through_the_manifest_and_the_service(factory,
 def test_a_damaged_lance_table_is_unavailable_and_the_others_serve(damage, tiny, tiny_checkpoints, tmp_path):
     encoder, dataset = tiny
     build_dense(encoder, dataset, tmp_path / "baseline", progress=False)
-    damaged = build_dense(encoder, dataset, tmp_path / "baseline-lance", "none", "lance:IVF_HNSW_SQ", progress=False)
+    damaged = build_dense(
+        encoder, dataset, tmp_path / "baseline-lance", "none", parse_index_type("lance:IVF_HNSW_SQ"), progress=False
+    )
     table = damaged / f"{TABLE}.lance"
     if damage == "truncate data":
         (file,) = (table / "data").glob("*.lance")
@@ -182,12 +187,12 @@ def test_a_streamed_lance_table_holds_the_ids_and_ranks_as_the_in_memory_one(tin
 def test_a_lance_index_written_before_the_metric_was_recorded_is_dot(tiny, tmp_path):
     """cone 0.1's Lance indexes searched by dot, and their manifests had no index_metric (index_params said it)."""
     encoder, dataset = tiny
-    folder = build_dense(encoder, dataset, tmp_path / "old", "none", "lance:FLAT@dot", progress=False)
+    folder = build_dense(encoder, dataset, tmp_path / "old", "none", parse_index_type("lance:FLAT@dot"), progress=False)
     manifest = json.loads((folder / "manifest.json").read_text())
     del manifest["index_metric"]
     (folder / "manifest.json").write_text(json.dumps(manifest))
     index = open_index(folder, encoders={("baseline", "last", encoder.runtime): encoder})
-    assert index.spec == "lance:FLAT@dot" and "index_metric" not in read_manifest(folder).to_dict()
+    assert index.spec.factory == "lance:FLAT@dot" and "index_metric" not in read_manifest(folder).to_dict()
     assert len(index.search(["cell protein gene"], 3).hits(0)) == 3
 
 
@@ -196,7 +201,7 @@ def test_cone_imports_no_lancedb_and_without_it_a_lance_index_says_how_to_instal
     script = "import sys, cone.cli.main, cone.indexing.open, cone.service.app; print('lancedb' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout.strip() == "False"
     encoder, dataset = tiny
-    folder = build_dense(encoder, dataset, tmp_path / "lance", "none", "lance:FLAT", progress=False)
+    folder = build_dense(encoder, dataset, tmp_path / "lance", "none", parse_index_type("lance:FLAT"), progress=False)
     monkeypatch.setitem(sys.modules, "lancedb", None)  # import lancedb now raises ImportError
     with pytest.raises(InputError, match=r"lancedb is not installed .*fix: pip install 'cone\[lancedb\]'"):
         open_index(folder, encoders={("baseline", "last", encoder.runtime): encoder})
@@ -216,7 +221,7 @@ def test_every_lance_type_scores_its_hits_by_their_cosine_under_every_metric(met
         for refine in ("", "refine_factor=4"):
             if kind == "FLAT" and refine:
                 continue
-            codes = build_codes(rows, f"lance:{kind}@{metric}", refine)
+            codes = build_codes(rows, parse_index_type(f"lance:{kind}@{metric}"), refine)
             scores, found = codes.search(queries, 10)
             exact = np.einsum("qd,qkd->qk", queries, rows[found])
             error = np.abs(scores - exact).mean()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from cone.indexing.factory import build_codes
+from cone.indexing.spec import parse_index_type
 
 D, N, QUERIES, CLUSTERS = 64, 2048, 100, 16
 
@@ -45,7 +46,7 @@ def spaces() -> dict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     found = {}
     for c in (0.0, 0.99):
         docs, queries = coned(c)
-        found[c] = docs, queries, build_codes(docs, "Flat").search(queries, 10)[1]
+        found[c] = docs, queries, build_codes(docs, parse_index_type("Flat")).search(queries, 10)[1]
     return found
 
 
@@ -53,7 +54,7 @@ def kept(spaces, factory: str, params: str = "") -> float:
     """The share of its healthy recall@10 the type keeps at a 0.99 cone."""
     recall = {}
     for c, (docs, queries, exact) in spaces.items():
-        rows = build_codes(docs, factory, params).search(queries, 10)[1]
+        rows = build_codes(docs, parse_index_type(factory), params).search(queries, 10)[1]
         recall[c] = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rows, exact, strict=True)])
     return recall[0.99] / recall[0.0]
 

@@ -27,6 +27,7 @@ from fastapi.testclient import TestClient
 
 from cone.encoders.registry import load_encoder
 from cone.indexing.factory import IVF_DATA
+from cone.indexing.spec import parse_index_type
 from cone.indexing.streaming import StreamOptions, build_dense_streaming
 from cone.service.app import ADMIN_KEY_ENV, create_app
 from cone.service.registry import FolderGone, Registry
@@ -46,7 +47,14 @@ def built(shared_tiny_beir, tiny_checkpoints, tmp_path_factory) -> Path:
     options = StreamOptions(shard_size=7, sample_size=1000)
     encoder = load_encoder("baseline", tiny_checkpoints)
     build_dense_streaming(
-        encoder, shared_tiny_beir / "tiny", root / "stream", "none", "IVF4,Flat", "nprobe=4", options, progress=False
+        encoder,
+        shared_tiny_beir / "tiny",
+        root / "stream",
+        parse_index_type("IVF4,Flat"),
+        "none",
+        "nprobe=4",
+        options,
+        progress=False,
     )
     return root
 
@@ -397,7 +405,7 @@ def _every_kind(built: Path, beir: Path, checkpoints: Path, root: Path) -> dict[
     except ImportError:
         pass
     for kind, factory in factories.items():
-        kinds[kind] = build_dense(encoder, dataset, root / kind, "none", factory, progress=False)
+        kinds[kind] = build_dense(encoder, dataset, root / kind, "none", parse_index_type(factory), progress=False)
     return kinds
 
 

@@ -18,6 +18,7 @@ from cone.indexing.dense import build_dense
 from cone.indexing.factory import IVF_DATA
 from cone.indexing.manifest import MANIFEST
 from cone.indexing.open import open_index
+from cone.indexing.spec import parse_index_type
 from cone.indexing.streaming import StreamOptions, build_dense_streaming
 from cone.service.app import create_app
 
@@ -27,7 +28,9 @@ EXHAUSTIVE = "nprobe=4"  # every list of IVF4 probed: exact search, comparable w
 def streamed(encoder, beir, out, shard_size=7, sample_size=1000, postprocess="none"):
     options = StreamOptions(shard_size=shard_size, sample_size=sample_size)
     folder = beir / "tiny"
-    return build_dense_streaming(encoder, folder, out, postprocess, "IVF4,Flat", EXHAUSTIVE, options, progress=False)
+    return build_dense_streaming(
+        encoder, folder, out, parse_index_type("IVF4,Flat"), postprocess, EXHAUSTIVE, options, progress=False
+    )
 
 
 def ranked(index, queries, k=10):

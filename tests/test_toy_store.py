@@ -65,6 +65,7 @@ class ToyWriter:
 
 class ToyStore:
     name, prefix, metrics, default_metric, exact, legacy_metric = "toy", "toy:", (DOT,), DOT, "toy:exact", None
+    doctor_types = ()
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         return IndexType(self.exact, self.name, metric or DOT)
@@ -103,7 +104,7 @@ def test_a_toy_store_is_built_streamed_served_and_evaluated_through_the_registry
     folder = tmp_path / "memory" / "baseline-toy_exact_dot"
     index = open_index(folder, tiny_checkpoints)
     streamed = open_index(tmp_path / "stream" / folder.name, tiny_checkpoints)
-    assert index.spec == streamed.spec == "toy:exact@dot" and (folder / FILE).is_file()
+    assert index.spec.factory == streamed.spec.factory == "toy:exact@dot" and (folder / FILE).is_file()
     queries = ["cell protein gene"]
     (memory_run,), (streamed_run,) = (i.search(queries, 5).run(queries).values() for i in (index, streamed))
     assert memory_run == pytest.approx(streamed_run)

@@ -11,45 +11,45 @@ from fastapi.testclient import TestClient
 
 from cone.cli import main
 from cone.errors import InputError
-from cone.indexing import store
 from cone.indexing.dense import build_dense
-from cone.indexing.factory import build_codes, for_store, parse_factory
+from cone.indexing.factory import build_codes
 from cone.indexing.manifest import read_manifest
 from cone.indexing.open import open_index
+from cone.indexing.spec import for_store, parse_index_type
 from cone.indexing.usearch_store import CODECS, FILE_RECORD, INDEX_FILE
 from cone.service.app import create_app
 
-from tiny import unit_rows
+from tiny import folder_name, unit_rows
 
 pytest.importorskip("usearch")
 
 
 def test_codecs_parse_with_their_metric_and_b1_is_hamming_only():
-    assert parse_factory("usearch:I8").spec == "usearch:i8@cosine"  # USearch's own default metric
-    assert parse_factory("usearch:exact:bf16@l2").spec == "usearch:exact:bf16@l2"
-    assert parse_factory("usearch:b1").spec == "usearch:b1" and parse_factory("usearch:b1").metric == "hamming"
-    assert for_store("Flat", "usearch") == "usearch:exact:f32@cosine"
+    assert parse_index_type("usearch:I8").spec == "usearch:i8@cosine"  # USearch's own default metric
+    assert parse_index_type("usearch:exact:bf16@l2").spec == "usearch:exact:bf16@l2"
+    assert parse_index_type("usearch:b1").spec == "usearch:b1" and parse_index_type("usearch:b1").metric == "hamming"
+    assert for_store("Flat", "usearch").spec == "usearch:exact:f32@cosine"
     with pytest.raises(InputError, match="USearch codecs are usearch:f32"):
-        parse_factory("usearch:i4")
+        parse_index_type("usearch:i4")
     with pytest.raises(InputError, match="Hamming distance only"):
-        parse_factory("usearch:b1@dot")
+        parse_index_type("usearch:b1@dot")
     with pytest.raises(InputError, match="takes ef only, not 'nprobe'"):
-        build_codes(unit_rows(50, 16), "usearch:i8", "nprobe=4")
+        build_codes(unit_rows(50, 16), parse_index_type("usearch:i8"), "nprobe=4")
 
 
 @pytest.mark.parametrize("metric", ["dot", "l2", "cosine"])
 def test_every_codec_scores_cosines_and_exact_f32_is_flat(metric):
     vectors, queries = unit_rows(400, 32), unit_rows(10, 32, seed=1)
-    flat_scores, flat_rows = build_codes(vectors, "Flat").search(queries, 10)
-    scores, rows = build_codes(vectors, f"usearch:exact:f32@{metric}").search(queries, 10)
+    flat_scores, flat_rows = build_codes(vectors, parse_index_type("Flat")).search(queries, 10)
+    scores, rows = build_codes(vectors, parse_index_type(f"usearch:exact:f32@{metric}")).search(queries, 10)
     assert np.array_equal(rows, flat_rows)
     np.testing.assert_allclose(scores, flat_scores, atol=1e-5)
     for codec in CODECS[1:-1]:  # each distance (i8's in integer units too) read back as the cosine
-        scores, rows = build_codes(vectors, f"usearch:exact:{codec}@{metric}").search(queries, 10)
+        scores, rows = build_codes(vectors, parse_index_type(f"usearch:exact:{codec}@{metric}")).search(queries, 10)
         exact = np.take_along_axis(queries @ vectors.T, rows, 1)
         np.testing.assert_allclose(scores, exact, atol=0.08)
         assert (np.diff(scores, axis=1) <= 1e-6).all()
-    bits = build_codes(vectors, "usearch:exact:b1").search(queries, 10)[0]
+    bits = build_codes(vectors, parse_index_type("usearch:exact:b1")).search(queries, 10)[0]
     assert ((bits >= -1) & (bits <= 1)).all() and (np.diff(bits, axis=1) <= 0).all()
 
 
@@ -57,7 +57,7 @@ def test_bytes_per_vector_are_the_files_and_follow_the_codec(tmp_path):
     vectors = unit_rows(300, 64)
     sizes = {}
     for codec in ("f32", "f16", "i8", "b1"):
-        codes = build_codes(vectors, f"usearch:{codec}")
+        codes = build_codes(vectors, parse_index_type(f"usearch:{codec}"))
         sizes[codec] = codes.bytes_per_vector()
         codes.write(tmp_path)
         assert sizes[codec] == pytest.approx((tmp_path / INDEX_FILE).stat().st_size / 300)
@@ -70,10 +70,10 @@ def test_bytes_per_vector_are_the_files_and_follow_the_codec(tmp_path):
 @pytest.mark.parametrize("factory", ["usearch:i8@dot", "usearch:exact:b1"])
 def test_a_usearch_index_round_trips_through_the_manifest_and_the_service(factory, tiny, tiny_checkpoints, tmp_path):
     encoder, dataset = tiny
-    folder = tmp_path / "served" / store.index_name("baseline", "center", factory=factory)
-    build_dense(encoder, dataset, folder, "center", factory, progress=False)
+    folder = tmp_path / "served" / folder_name("baseline", "center", factory=factory)
+    build_dense(encoder, dataset, folder, "center", parse_index_type(factory), progress=False)
     manifest = read_manifest(folder)
-    kind = parse_factory(factory)
+    kind = parse_index_type(factory)
     assert (manifest.index_factory, manifest.index_metric) == (kind.factory, kind.metric)
     assert manifest.index_params["codec"] == factory.split(":")[-1].split("@")[0]
     assert {"connectivity", "expansion_add", "expansion_search"} <= set(manifest.index_params)  # HNSW as it ships
@@ -91,7 +91,9 @@ def test_a_usearch_index_round_trips_through_the_manifest_and_the_service(factor
 def test_a_damaged_usearch_file_is_unavailable_and_the_others_serve(damage, tiny, tiny_checkpoints, tmp_path):
     encoder, dataset = tiny
     build_dense(encoder, dataset, tmp_path / "baseline", progress=False)
-    damaged = build_dense(encoder, dataset, tmp_path / "baseline-usearch", "none", "usearch:f16", progress=False)
+    damaged = build_dense(
+        encoder, dataset, tmp_path / "baseline-usearch", "none", parse_index_type("usearch:f16"), progress=False
+    )
     file = damaged / INDEX_FILE
     data = bytearray(file.read_bytes())
     if damage == "truncate":
@@ -117,7 +119,7 @@ def test_a_streamed_usearch_index_ranks_as_the_in_memory_one(tiny_beir, tiny_che
     assert main([*argv, "--out", str(tmp_path / "stream"), "--stream", "--shard-size", "12"]) == 0
     name = "baseline-usearch_exact_f32_l2"
     memory, streamed = (open_index(tmp_path / where / name, tiny_checkpoints) for where in ("memory", "stream"))
-    assert streamed.manifest.fit_sample == 40 and streamed.spec == "usearch:exact:f32@l2"
+    assert streamed.manifest.fit_sample == 40 and streamed.spec.factory == "usearch:exact:f32@l2"
     queries = ["cell protein gene", "market stock rose"]
     runs = memory.search(queries, 5).run(queries), streamed.search(queries, 5).run(queries)
     for a, b in zip(runs[0].values(), runs[1].values(), strict=True):

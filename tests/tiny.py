@@ -35,17 +35,24 @@ def tiny_cfg(reg: float, tokens: int = 8 * 16 * 24, eval_interval: int = 6) -> T
     )
 
 
+def folder_name(model: str, postprocess: str = "none", layer="last", factory: str = "Flat", runtime=None) -> str:
+    """The folder cone names that index (cone.indexing.spec.IndexSpec.folder_name)."""
+    from cone.encoders.base import TORCH
+    from cone.indexing.spec import IndexSpec, parse_index_type
+
+    return IndexSpec(model, parse_index_type(factory), postprocess, layer, runtime or TORCH).folder_name()
+
+
 def build_tiny_indexes(root, beir_root, checkpoints, dense: list[tuple[str, str]]):
     """Index folders over the tiny BEIR dataset: ``dense`` (model, post-processing) pairs, then bm25."""
     from cone.data.loaders import load_beir
     from cone.encoders.registry import load_encoder
-    from cone.indexing import store
     from cone.indexing.dense import build_dense
     from cone.indexing.lexical import build_bm25
 
     ds = load_beir(beir_root, "tiny")
     for model, spec in dense:
-        build_dense(load_encoder(model, checkpoints), ds, root / store.index_name(model, spec), spec, progress=False)
+        build_dense(load_encoder(model, checkpoints), ds, root / folder_name(model, spec), spec, progress=False)
     build_bm25(ds, root / "bm25", progress=False)
     return root
 
