@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import time
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,22 +26,21 @@ from cone.data.loaders import data_dir
 from cone.encoders.auto import AUTO, auto_help
 from cone.encoders.base import Runtime
 from cone.encoders.registry import LM_MODELS, MODEL_NAMES, check_model_name, missing
-from cone.errors import ConeError, Interrupted, ModelUnavailable
-from cone.eval.harness import EvalData, build_indexes, load_eval_data
+from cone.errors import Interrupted
+from cone.eval.harness import EvalData, load_eval_data
 from cone.eval.plan import EvalPlan
 from cone.eval.report import ReportFiles
 from cone.eval.sweep import evaluate_and_report
 from cone.geometry.synthetic import synthetic_report
 from cone.indexing import postprocess as pp
-from cone.indexing.progress import BUILDING, DONE, EVALUATING, FAILED, STOPPED, BuildProgress
 from cone.models.analysis import checkpoint_report
-from cone.models.checkpoint import FINETUNED_MODELS, checkpoints_dir
+from cone.models.checkpoint import checkpoints_dir
+from cone.pipeline.demo import build_each, build_order, stop
+from cone.pipeline.demo import work_in_background as background
+from cone.service.progress import DONE, FAILED, BuildProgress
 
 DEFAULT_OUT = Path("runs/demo")
 DEFAULT_POSTPROCESS = "none,center,whiten"
-# Fastest first, by the work of encoding a corpus: BM25 only tokenizes; the project's LMs and their fine-tuned
-# encoders are 4 blocks of 256; MiniLM 6 of 384; RoBERTa 12 of 768; an st:PATH model, unknown, after them.
-BUILD_ORDER = ("bm25", *LM_MODELS, *FINETUNED_MODELS, "minilm", "roberta")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -109,10 +107,7 @@ class Demo:
         )
 
     def build_order(self) -> list[str]:
-        """The models to build, fastest first; one without weights is left to the eval, which says why."""
-        rank = {model: i for i, model in enumerate(BUILD_ORDER)}
-        chosen = [model for model in self.args.models if missing(model, self.args.checkpoints) is None]
-        return sorted(chosen, key=lambda model: rank.get(model, len(BUILD_ORDER)))
+        return build_order(self.args.models, self.args.checkpoints)
 
     def show_instruments(self) -> None:
         print("\n== The instruments on five synthetic distributions (cone geometry synthetic) ==")
@@ -129,21 +124,18 @@ class Demo:
 
     def build(self, models: list[str], builds: BuildProgress) -> None:
         """Each model's indexes in turn, counted in ``builds`` (which the service reads)."""
-        for model in models:
-            started, count = time.monotonic(), builds.counter(model)
-            try:
-                folders = build_indexes(model, self.data, self.plan, count)
-            except ModelUnavailable:  # weights that look present but do not load: the eval says why
-                folders = []
-            builds.built(model)
+        for model, folders, seconds in build_each(models, self.data, self.plan, builds):
             names = ", ".join(folder.name for folder in folders) or "none"
-            print(f"{model}: indexes {names} ready in {self.indexes} ({time.monotonic() - started:.0f} s)", flush=True)
+            print(f"{model}: indexes {names} ready in {self.indexes} ({seconds:.0f} s)", flush=True)
 
     def evaluate(self) -> ReportFiles:
         print(f"\n== The eval report of every index ({self.out / 'eval'}) ==", flush=True)
         done = evaluate_and_report(self.data, self.plan, self.out / "eval", this_command(), announce_skips())
         print(summary(done.results, done.files), flush=True)
         return done.files
+
+    def tell(self, line: str, failure: bool = False) -> None:
+        print(line, file=sys.stderr if failure else sys.stdout, flush=True)
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -201,29 +193,7 @@ def serve_while_building(demo: Demo, order: list[str], builds: BuildProgress) ->
 
 
 def work_in_background(demo: Demo, models: list[str], builds: BuildProgress) -> None:
-    """The demo's work while the service answers. A failure is told on stderr and by /readyz; the service serves
-    on with the indexes already written."""
-    try:
-        print(f"\n== The other indexes, fastest first ({demo.indexes}) ==", flush=True)
-        demo.build(models, builds)
-        builds.stage = EVALUATING
-        demo.show_instruments()
-        files = demo.evaluate()
-        builds.finish(files.json.parent)
-        print(f"The page links the report: http://{demo.args.host}:{demo.args.port}/report", flush=True)
-    except Interrupted:  # Ctrl-C: the main thread says what is kept
-        builds.stage = STOPPED
-    except ConeError as exc:
-        builds.fail(str(exc))
-        print(f"cone: {exc.label}: {exc} (the service serves on)", file=sys.stderr, flush=True)
-    except Exception as exc:  # a defect: said once, and /readyz stops promising what will not come
-        builds.fail(f"{type(exc).__name__}: {exc}")
-        print(f"cone: the demo's background work failed ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
-
-
-def stop(worker: threading.Thread, builds: BuildProgress) -> None:
-    """Stop the builder at its next batch, and wait while it builds: a model half-encoded is dropped (nothing of it
-    is written yet), an index being written is finished. Its other work writes no index and is not waited for."""
-    builds.cancel()
-    while worker.is_alive() and builds.stage == BUILDING:
-        worker.join(0.1)
+    """The demo's work while the service answers (``cone.pipeline.demo.work_in_background``)."""
+    print(f"\n== The other indexes, fastest first ({demo.indexes}) ==", flush=True)
+    url = f"http://{demo.args.host}:{demo.args.port}/report"
+    background(demo, models, builds, url)

@@ -21,18 +21,16 @@ from cone.cli.options import (
     ray_session,
     runtime_for,
 )
-from cone.data.loaders import data_dir, dataset_folder, load_corpus
+from cone.data.loaders import data_dir
 from cone.encoders.auto import AUTO
-from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions
-from cone.encoders.registry import LEXICAL, MODEL_NAMES, check_model_name, is_lexical, load_encoder
+from cone.encoders.registry import MODEL_NAMES, check_model_name, is_lexical
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing.codes import METRICS, split_metric
-from cone.indexing.dense import build_dense
-from cone.indexing.factory import DEFAULT_FACTORY, STORES, check_buildable
-from cone.indexing.lexical import build_bm25
+from cone.indexing.factory import DEFAULT_FACTORY, STORES
 from cone.indexing.spec import IndexSpec, for_store
-from cone.indexing.streaming import StreamOptions, build_dense_streaming, check_streamable
+from cone.indexing.streaming import StreamOptions
+from cone.pipeline.build import BuildSource, build_index
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -133,32 +131,9 @@ def run_index(args: argparse.Namespace) -> int:
         raise InputError(f"--metric {args.metric} contradicts --index-factory {args.index_factory}: name one metric")
     kind = for_store(args.index_factory, args.store, args.metric)
     spec = IndexSpec(args.model, kind, postprocess, args.layer, runtime, args.search_params)
-    progress = not args.no_progress
-    if lexical:
-        out = build_bm25(load_corpus(root, args.dataset), args.out / LEXICAL, progress)
-    else:
-        with ray_session(ray):
-            out = _build_dense(args, spec, root, ray, progress)
+    stream = StreamOptions(args.shard_size, args.sample_size) if args.stream else None
+    source = BuildSource(root, args.dataset, args.checkpoints, ray)
+    with ray_session(ray):
+        out = build_index(spec, source, args.out, stream, progress=not args.no_progress)
     print(f"index written to {out}")
     return 0
-
-
-def _build_dense(
-    args: argparse.Namespace, spec: IndexSpec, root: Path, ray: RayOptions | None, progress: bool
-) -> Path:
-    encoder = load_encoder(spec.model, args.checkpoints, spec.layer, spec.runtime, root)
-    if args.stream:  # before any encoding
-        check_streamable(spec.index_type, encoder.dim, spec.search_params)
-    else:
-        check_buildable(spec.index_type, encoder.dim, spec.search_params)
-    if ray is not None:
-        encoder = RayEncoder(encoder, EncoderRecipe(spec.model, args.checkpoints, spec.runtime, root), ray)
-    out = args.out / spec.folder_name()
-    if args.stream:
-        options = StreamOptions(args.shard_size, args.sample_size)
-        folder = dataset_folder(root, args.dataset)
-        return build_dense_streaming(
-            encoder, folder, out, spec.index_type, spec.postprocess, spec.search_params, options, progress
-        )
-    dataset = load_corpus(root, args.dataset)  # an index needs no queries nor qrels
-    return build_dense(encoder, dataset, out, spec.postprocess, spec.index_type, progress, spec.search_params)

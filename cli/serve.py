@@ -11,7 +11,6 @@ from typing import TypeVar
 
 from cone.cli.options import add_checkpoints_option, host, non_negative_float, port, positive_int
 from cone.errors import InputError
-from cone.indexing.progress import BuildProgress
 from cone.service.batching import DEFAULT_BATCHING, DEFAULT_MAX_BATCH, DEFAULT_WINDOW_MS, BatchSettings
 from cone.service.connections import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -20,6 +19,7 @@ from cone.service.connections import (
     accept_backlog,
     default_max_connections,
 )
+from cone.service.progress import BuildProgress
 from cone.service.schemas import MAX_BODY_BYTES
 
 MAX_BODY_ENV = "CONE_MAX_BODY_BYTES"

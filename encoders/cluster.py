@@ -340,3 +340,17 @@ class RayEncoder:
 
     def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         return self.encode_layers(texts, [self.layer], batch_size, progress)[self.layer]
+
+
+def encoder_for(
+    model: str,
+    checkpoints: Path | None,
+    layer: Layer,
+    runtime: Runtime,
+    data_root: Path | None,
+    ray: RayOptions | None,
+) -> LayeredEncoder:
+    """``model``'s encoder, loaded here; where ``ray`` is given, its encoding runs on that cluster's actors, each
+    loading the same weights by name (the caller holds the connection: ``connected``)."""
+    encoder = load_encoder(model, checkpoints, layer, runtime, data_root)
+    return encoder if ray is None else RayEncoder(encoder, EncoderRecipe(model, checkpoints, runtime, data_root), ray)

@@ -67,6 +67,28 @@ def load_encoder(
     return _load(spec, checkpoints, runtime, data_root).at_layer(layer)
 
 
+class Encoders:
+    """Encoders by (model, layer, runtime), each loaded once by name (``load_encoder``) or given already loaded
+    (``add``): what opens an index provides its encoder from here, so that every index of a model shares one."""
+
+    def __init__(self, checkpoints: Path | None = None, *loaded: LayeredEncoder) -> None:
+        self.checkpoints = checkpoints
+        self._loaded: dict[tuple[str, Layer, Runtime], LayeredEncoder] = {}
+        for encoder in loaded:
+            self.add(encoder)
+
+    def add(self, encoder: LayeredEncoder) -> LayeredEncoder:
+        """Keep ``encoder`` (unless one of its model, layer and runtime is kept already); the one kept."""
+        return self._loaded.setdefault((encoder.name, encoder.layer, encoder.runtime), encoder)
+
+    def get(self, model: str, layer: Layer, runtime: Runtime) -> LayeredEncoder:
+        """The encoder kept for ``model`` at ``layer`` run by ``runtime``, loaded now if none is."""
+        key = (model, layer, runtime)
+        if key not in self._loaded:
+            self._loaded[key] = load_encoder(model, self.checkpoints, layer, runtime)
+        return self._loaded[key]
+
+
 def _load(spec: str, checkpoints: Path | None, runtime: Runtime, data_root: Path | None) -> LayeredEncoder:
     check_model_name(spec)
     if is_lexical(spec):

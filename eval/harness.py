@@ -16,7 +16,7 @@ import numpy as np
 
 from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
 from cone.encoders.base import Encoder, Layer, LayeredEncoder, Runtime
-from cone.encoders.cluster import EncoderRecipe, RayEncoder
+from cone.encoders.cluster import encoder_for
 from cone.encoders.registry import LEXICAL, is_lexical, load_encoder
 from cone.errors import InputError, ModelUnavailable
 from cone.eval import metrics
@@ -296,11 +296,9 @@ def _evaluate_model(
     if is_lexical(model):
         return [evaluate_bm25(data, plan.indexes, plan.progress)]
     try:
-        encoder = load_encoder(model, plan.checkpoints, runtime=runtime, data_root=plan.data_root)
+        encoder = encoder_for(model, plan.checkpoints, "last", runtime, plan.data_root, plan.ray)
     except (ModelUnavailable, InputError) as exc:  # no weights; an LM asked to run on OpenVINO
         why = exc.explanation if isinstance(exc, ModelUnavailable) else str(exc)
         return [EvalResult(IndexSpec(model, postprocess=p, runtime=runtime), None, reason=why) for p in postprocesses]
-    if plan.ray is not None:
-        encoder = RayEncoder(encoder, EncoderRecipe(model, plan.checkpoints, runtime, plan.data_root), plan.ray)
     chosen = encoder.all_layers() if plan.layers == ALL_LAYERS else list(plan.layers)
     return evaluate_layers(encoder, model, chosen, postprocesses, data, plan)

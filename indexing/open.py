@@ -1,11 +1,11 @@
-"""Open any index folder by its manifest, with the encoder it was built by."""
+"""Open any index folder by its manifest, with the encoder it was built by, which the caller provides."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cone.encoders.base import Encoder, Runtime
-from cone.encoders.registry import load_encoder
+from cone.encoders.base import Runtime
+from cone.encoders.registry import Encoders
 from cone.indexing.dense import DenseIndex
 from cone.indexing.index import Index
 from cone.indexing.lexical import BM25Index
@@ -14,26 +14,23 @@ from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 
 def open_index(
     folder: Path,
-    checkpoints: Path | None = None,
+    encoders: Encoders | None = None,
     model: str | None = None,
     corpus_fingerprint: str | None = None,
-    encoders: dict[tuple[str, str | int, Runtime], Encoder] | None = None,
     manifest: DenseManifest | BM25Manifest | None = None,
     runtime: Runtime | None = None,
 ) -> Index:
     """Validate and load; raises DamagedIndex (bad or stale files) or ModelUnavailable (no weights).
 
-    ``encoders`` (model, layer, runtime) -> encoder lets indexes of one model share one loaded encoder;
-    ``manifest`` is the folder's, when the caller has read it already. Queries are encoded by the runtime the
-    manifest names (torch, OpenVINO, ...), as the corpus was; ``runtime``, if given, is the one the caller
-    expects, and an index built by another is refused.
+    ``encoders`` provides the encoder of the manifest's (model, layer, runtime), so that indexes of one model share
+    it (a BM25 index needs none; without, a fresh ``Encoders`` of the shipped checkpoints); ``manifest`` is the
+    folder's, when the caller has read it already. Queries are encoded by the runtime the manifest names (torch,
+    OpenVINO, ...), as the corpus was; ``runtime``, if given, is the one the caller expects, and an index built by
+    another is refused.
     """
     manifest = manifest or read_manifest(folder)
     manifest.check_expected(Path(folder), model, corpus_fingerprint, runtime)  # before loading weights for nothing
     if manifest.kind == "bm25":
         return BM25Index(folder, manifest)
-    key = (manifest.model, manifest.layer, manifest.runtime)
-    encoders = {} if encoders is None else encoders
-    if key not in encoders:
-        encoders[key] = load_encoder(manifest.model, checkpoints, manifest.layer, manifest.runtime)
-    return DenseIndex(folder, encoders[key], manifest)
+    encoders = Encoders() if encoders is None else encoders
+    return DenseIndex(folder, encoders.get(manifest.model, manifest.layer, manifest.runtime), manifest)

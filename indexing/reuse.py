@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cone.data.loaders import RetrievalDataset
 from cone.encoders.base import Encoder
-from cone.encoders.registry import LEXICAL
+from cone.encoders.registry import LEXICAL, Encoders
 from cone.errors import DamagedIndex
 from cone.indexing import store
 from cone.indexing.dense import CorrectedCorpus, build_dense
@@ -50,7 +50,7 @@ def open_or_build_dense(
             folder,
             model=spec.model,
             corpus_fingerprint=dataset.fingerprint(),
-            encoders={(spec.model, spec.layer, spec.runtime): encoder},
+            encoders=Encoders(None, encoder),
             runtime=spec.runtime,
         )
         if (why := spec.mismatch(index.manifest)) is not None:  # a folder of that name built otherwise

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from cone.encoders.base import TORCH, Layer, Runtime
+from cone.encoders.registry import is_lexical
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing.codes import IndexType, split_metric
@@ -139,6 +140,11 @@ class IndexSpec:
     def factory(self) -> str:
         """The index type with its metric as cone writes it (``PQ32``, ``lance:IVF_PQ@l2``)."""
         return self.index_type.spec
+
+    @property
+    def lexical(self) -> bool:
+        """BM25 over the documents' words: no encoder, no vectors, no index type of a store."""
+        return is_lexical(self.model)
 
     @property
     def exact(self) -> bool:

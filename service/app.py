@@ -22,12 +22,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cone import __version__
 from cone.errors import DamagedIndex, InputError
 from cone.indexing.postprocess import is_synthetic
-from cone.indexing.progress import FAILED, BuildProgress, ModelProgress
 from cone.indexing.spec import recorded_type
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings
 from cone.service.limits import BodyLimit, json_response, one_line, short, validation_error
 from cone.service.middleware import HeadAsGet, SecurityHeaders, Utf8Query
 from cone.service.plots import histogram_png
+from cone.service.progress import FAILED, BuildProgress, ModelProgress
 from cone.service.registry import Entry, FolderGone, Registry
 from cone.service.schemas import (
     MAX_BODY_BYTES,

@@ -22,16 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
-from cone.encoders.registry import MODEL_NAMES, missing
+from cone.encoders.registry import MODEL_NAMES, Encoders, missing
 from cone.errors import ConeError, DamagedIndex, ModelUnavailable
 from cone.indexing import store
 from cone.indexing.index import Hit, Index, SearchResult
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 from cone.indexing.open import open_index
-from cone.indexing.progress import BuildProgress, ModelProgress
 from cone.models.checkpoint import FINETUNED_MODELS, LM_MODELS, checkpoints_dir
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
 from cone.service.limits import one_line
+from cone.service.progress import BuildProgress, ModelProgress
 
 # The spread covers the whole corpus up to this size (all of SciFact); beyond it, a search with k = corpus size
 # would cost every query a full scan, so the spread is that of the highest-scoring SPREAD_DOCS documents.
@@ -136,14 +136,14 @@ def _source(path: Path, model: str, checkpoints: Path | None) -> tuple | None:
 
 
 def _open_entry(
-    path: Path, checkpoints: Path | None, encoders: dict, locks: dict[int, threading.Lock], batching: BatchSettings
+    path: Path, checkpoints: Path | None, encoders: Encoders, locks: dict[int, threading.Lock], batching: BatchSettings
 ) -> Entry:
     """One index as an entry; whatever goes wrong with it makes this entry unavailable, never the service."""
     manifest = None
     try:
         manifest = read_manifest(path)
         source = _source(path, manifest.model, checkpoints)  # before opening: a change meanwhile is seen next time
-        index = open_index(path, checkpoints, encoders=encoders, manifest=manifest)
+        index = open_index(path, encoders, manifest=manifest)
     except ModelUnavailable as exc:
         return Entry(path.name, manifest, reason=exc.explanation)
     except ConeError as exc:
@@ -173,16 +173,15 @@ def load_entries(
     """Every index under ``folder``; a corrupt or mismatched one becomes an unavailable entry with its reason.
     Also the lines that say which indexes were recovered from an interrupted swap. ``previous``: the entries that
     serve now; one opened from the very files still there is kept as it is (an unavailable one is opened again)."""
-    encoders: dict = {}  # one loaded encoder per model, shared by its indexes (and so is its lock)
+    encoders = Encoders(checkpoints)  # one loaded encoder per model, shared by its indexes (and so is its lock)
     locks: dict[int, threading.Lock] = {}
     previous = previous or {}
     paths, notes = store.list_indexes(folder)
     kept = {p.name: previous[p.name] for p in paths if _unchanged(previous.get(p.name), p, checkpoints)}
     for entry in kept.values():  # an index of the same model opened again shares the kept one's encoder
         encoder = getattr(entry.index, "encoder", None)
-        if encoder is not None:  # the key is open_index's: (model, layer, runtime)
-            encoders.setdefault((entry.manifest.model, entry.manifest.layer, entry.manifest.runtime), encoder)
-            locks.setdefault(id(encoder), entry.lock)
+        if encoder is not None:
+            locks.setdefault(id(encoders.add(encoder)), entry.lock)
     entries = {
         path.name: kept.get(path.name) or _open_entry(path, checkpoints, encoders, locks, batching) for path in paths
     }

@@ -124,7 +124,7 @@ def test_a_model_joins_the_page_while_another_is_still_being_built(
     from cone.cli import demo
     from cone.eval.harness import load_eval_data
     from cone.indexing import dense
-    from cone.indexing.progress import BuildProgress
+    from cone.service.progress import BuildProgress
 
     monkeypatch.setenv(dense.CACHE_ENV, str(tmp_path / "cache"))  # the corpus really encoded, in batches of 8
     monkeypatch.setattr(dense, "COUNTED_BATCH", 8)

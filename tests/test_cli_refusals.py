@@ -49,7 +49,7 @@ def test_help_keeps_the_whole_usage(command, capsys):
 def test_an_index_factory_faiss_cannot_parse_is_refused_before_the_model_loads(monkeypatch, tmp_path, capsys):
     """``--index-factory NOPE`` once passed the command-line check, loaded the model, encoded the corpus and then
     failed with FAISS's C++ function and source location (index_factory.cpp:1228)."""
-    monkeypatch.setattr("cone.cli.index.load_encoder", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("cone.encoders.cluster.load_encoder", lambda *a, **k: pytest.fail("the model was loaded"))
     err = refusal(["index", "--model", "baseline", "--index-factory", "NOPE", "--out", str(tmp_path / "R")], capsys)
     assert err == (
         "cone index: error: argument --index-factory: invalid --index-factory 'NOPE': could not parse index string "
@@ -84,13 +84,13 @@ def test_metric_is_the_metric_the_index_is_built_by(argv, built_as, monkeypatch,
     """--metric with an --index-factory of LanceDB or USearch once built under the store's default metric: the
     option's parser wrote the default into the type (lance:IVF_PQ@l2) and a type's own @METRIC wins."""
     seen = []
-    monkeypatch.setattr("cone.cli.index._build_dense", lambda args, spec, *rest: seen.append(spec.factory) or tmp_path)
+    monkeypatch.setattr("cone.cli.index.build_index", lambda spec, *rest, **kw: seen.append(spec.factory) or tmp_path)
     assert main(["index", "--model", "baseline", "--out", str(tmp_path), *argv]) == 0
     assert seen == [built_as]
 
 
 def test_a_metric_that_contradicts_the_one_the_index_type_names_is_refused(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr("cone.cli.index._build_dense", lambda *a: pytest.fail("built"))
+    monkeypatch.setattr("cone.cli.index.build_index", lambda *a, **k: pytest.fail("built"))
     argv = ["index", "--model", "baseline", "--out", str(tmp_path), "--metric", "l2"]
     assert main([*argv, "--index-factory", "lance:IVF_PQ@cosine"]) == 2
     err = capsys.readouterr().err

@@ -14,6 +14,7 @@ from conftest import WORDS
 
 from cone.cli import main
 from cone.encoders import cluster
+from cone.encoders.registry import Encoders
 from cone.errors import ClusterError
 from cone.indexing import store
 from cone.indexing.manifest import MANIFEST
@@ -55,7 +56,7 @@ def same_but_how_built(local: dict, on_ray: dict) -> None:
 
 
 def answers(folder: Path, checkpoints: Path) -> list[list[tuple[str, float]]]:
-    found = open_index(folder, checkpoints).search(["cell protein expression", "gene therapy", "doc 3"], 10)
+    found = open_index(folder, Encoders(checkpoints)).search(["cell protein expression", "gene therapy", "doc 3"], 10)
     return [[(h.doc_id, round(h.score, 4)) for h in found.hits(i)] for i in range(3)]
 
 
@@ -97,7 +98,7 @@ def test_ray_build_equals_the_local_build(local_cluster, shared_tiny_beir, tiny_
     argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", "--ray", "--ray-batch-size", "8")
     assert main(argv) == 0
     local, on_ray = tmp_path / "local" / "baseline", tmp_path / "ray" / "baseline"
-    a, b = open_index(local, tiny_checkpoints), open_index(on_ray, tiny_checkpoints)
+    a, b = open_index(local, Encoders(tiny_checkpoints)), open_index(on_ray, Encoders(tiny_checkpoints))
     np.testing.assert_allclose(b.doc_vectors(), a.doc_vectors(), atol=1e-5)
     same_but_how_built(manifest_of(local), manifest_of(on_ray))
     assert answers(local, tiny_checkpoints) == answers(on_ray, tiny_checkpoints)
@@ -175,8 +176,8 @@ def test_a_killed_actor_is_replaced_and_the_build_completes(local_cluster, tiny_
     # then: a replacement that lost its first call is replaced in turn)
     assert killed[0] not in later and len(later) >= 2
     assert main(index_argv(beir, tiny_checkpoints, tmp_path / "local")) == 0
-    a = open_index(tmp_path / "local" / "baseline", tiny_checkpoints)
-    b = open_index(tmp_path / "ray" / "baseline", tiny_checkpoints)
+    a = open_index(tmp_path / "local" / "baseline", Encoders(tiny_checkpoints))
+    b = open_index(tmp_path / "ray" / "baseline", Encoders(tiny_checkpoints))
     np.testing.assert_allclose(b.doc_vectors(), a.doc_vectors(), atol=1e-5)
 
 

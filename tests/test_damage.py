@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from cone.cli import main
 from cone.cli.serve import body_limit_from_env
 from cone.data.loaders import load_beir
+from cone.encoders.registry import Encoders
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import store
 from cone.indexing.lexical import build_bm25
@@ -428,12 +429,12 @@ def test_index_files_that_disagree_with_the_manifest_are_damaged(built, tiny_che
     folder = _dense(built, tmp_path, "center", tiny_checkpoints, shared_tiny_beir)
     np.savez(folder / "postprocess.npz")  # the centering's mean is gone: searching would serve uncentered vectors
     with pytest.raises(DamagedIndex, match="does not hold the 'center' fit"):
-        open_index(folder, tiny_checkpoints)
+        open_index(folder, Encoders(tiny_checkpoints))
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["postprocess"], manifest["postprocess_params"], manifest["search_params"] = "none", {}, "nonsense=1"
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DamagedIndex, match="search_params"):
-        open_index(folder, tiny_checkpoints)
+        open_index(folder, Encoders(tiny_checkpoints))
     bm25 = tmp_path / "bm25"
     shutil.copytree(built / "bm25", bm25)
     manifest = json.loads((bm25 / "manifest.json").read_text())

@@ -19,8 +19,8 @@ from cone.errors import Interrupted
 from cone.eval.harness import build_indexes, load_eval_data
 from cone.eval.plan import EvalPlan
 from cone.indexing import dense
-from cone.indexing.progress import BuildProgress, ModelProgress
 from cone.service.app import create_app
+from cone.service.progress import BuildProgress, ModelProgress
 
 from local_service import free_port
 from tiny import build_tiny_indexes, hold_after_first_batch

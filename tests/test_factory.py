@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from cone.cli import main
 from cone.data.loaders import load_beir
-from cone.encoders.registry import load_encoder
+from cone.encoders.registry import Encoders, load_encoder
 from cone.errors import InputError
 from cone.indexing.dense import build_dense
 from cone.indexing.factory import (
@@ -105,7 +105,7 @@ def test_new_index_types_round_trip_through_the_manifest_and_the_service(
     build_dense(encoder, dataset, folder, "center", parse_index_type(factory), progress=False, search_params=params)
     manifest = read_manifest(folder)
     assert (manifest.index_factory, manifest.search_params, manifest.postprocess) == (factory, params, "center")
-    index = open_index(folder, tiny_checkpoints)
+    index = open_index(folder, Encoders(tiny_checkpoints))
     hits = index.search(["cell protein gene"], 5).hits(0)
     assert len(hits) == 5 and len({h.doc_id for h in hits}) == 5
     assert (factory == "BIN+rescore:8") == (RESCORE_FILE in {p.name for p in folder.iterdir()})

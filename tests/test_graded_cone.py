@@ -7,7 +7,7 @@ import pytest
 
 from cone.cli.options import factory_list
 from cone.data.loaders import load_beir
-from cone.encoders.registry import load_encoder
+from cone.encoders.registry import Encoders, load_encoder
 from cone.errors import InputError
 from cone.eval import metrics
 from cone.eval.harness import load_eval_data, run_eval
@@ -84,7 +84,7 @@ def test_a_chained_synthetic_spec_round_trips_through_its_index(tiny_beir, tiny_
     folder = tmp_path / folder_name("baseline", spec, "last", "SQfp16")
     assert folder.name == "baseline-center-cone0.9-SQfp16"
     build_dense(enc, ds, folder, spec, parse_index_type("SQfp16"), progress=False)
-    index = open_index(folder, tiny_checkpoints)
+    index = open_index(folder, Encoders(tiny_checkpoints))
     assert index.manifest.postprocess == spec and sorted(index.params) == pp.param_names(spec)
     assert index.manifest.random_pair_cosines.mean == pytest.approx(0.9, abs=0.02)  # 20,000 sampled pairs
     texts = [ds.queries["q1"]]

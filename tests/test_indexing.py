@@ -10,7 +10,7 @@ import pytest
 
 from cone.cli import main
 from cone.data.loaders import load_beir, load_sts
-from cone.encoders.registry import load_encoder, missing
+from cone.encoders.registry import Encoders, load_encoder, missing
 from cone.encoders.st import ROBERTA_PATH_ENV, roberta
 from cone.errors import ConeError, DamagedIndex, InputError, ModelUnavailable
 from cone.indexing import postprocess as pp
@@ -269,7 +269,7 @@ def test_a_whole_manifest_reads_back_as_it_was_written(dense_manifest, tmp_path)
 def test_search_accepts_the_encoders_raw_vectors_as_well_as_texts(tiny_beir, tiny_checkpoints, tmp_path):
     enc = load_encoder("baseline", tiny_checkpoints)
     ds = load_beir(tiny_beir, "tiny")
-    index = open_index(build_dense(enc, ds, tmp_path / "b", "whiten", progress=False), tiny_checkpoints)
+    index = open_index(build_dense(enc, ds, tmp_path / "b", "whiten", progress=False), Encoders(tiny_checkpoints))
     texts = [ds.queries["q1"], ds.queries["q4"]]
     by_text, by_vector = index.search(texts, 5), index.search(enc.encode(texts), 5)
     assert np.array_equal(by_text.rows, by_vector.rows) and np.allclose(by_text.scores, by_vector.scores)

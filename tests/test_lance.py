@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cone.cli import main
+from cone.encoders.registry import Encoders
 from cone.errors import InputError
 from cone.indexing.dense import build_dense
 from cone.indexing.factory import build_codes
@@ -83,8 +84,8 @@ def test_lance_flat_ranks_like_faiss_flat(tiny, tmp_path):
         encoder, dataset, tmp_path / "lance", "center", parse_index_type("lance:FLAT"), progress=False
     )
     queries = [dataset.queries[q] for q in sorted(dataset.queries)]
-    exact = open_index(faiss_folder, encoders={("baseline", "last", encoder.runtime): encoder})
-    found = open_index(lance_folder, encoders={("baseline", "last", encoder.runtime): encoder})
+    exact = open_index(faiss_folder, Encoders(None, encoder))
+    found = open_index(lance_folder, Encoders(None, encoder))
     a, b = exact.search(queries, 40), found.search(queries, 40)
     assert np.array_equal(a.rows, b.rows)
     np.testing.assert_allclose(a.scores, b.scores, atol=1e-5)
@@ -102,7 +103,7 @@ def test_a_lance_index_round_trips_through_the_manifest_and_the_service(factory,
     assert manifest.index_factory == name and manifest.index_metric == manifest.index_params["metric"] == metric
     assert (folder / f"{TABLE}.lance").is_dir() and (folder / FILES).is_file()
     assert ("nprobes" in manifest.index_params) == (name != "lance:FLAT")
-    index = open_index(folder, tiny_checkpoints)
+    index = open_index(folder, Encoders(tiny_checkpoints))
     hits = index.search(["cell protein gene"], 5).hits(0)
     assert len(hits) == 5 and len({h.doc_id for h in hits}) == 5
     assert all(-1.01 <= h.score <= 1.01 for h in hits)  # cosines (RaBitQ's are estimates)
@@ -173,8 +174,8 @@ def test_a_streamed_lance_table_holds_the_ids_and_ranks_as_the_in_memory_one(tin
     argv += ["--checkpoints", str(tiny_checkpoints), "--index-factory", "lance:FLAT"]
     assert main([*argv, "--out", str(tmp_path / "memory")]) == 0
     assert main([*argv, "--out", str(tmp_path / "stream"), "--stream", "--shard-size", "12"]) == 0
-    memory = open_index(tmp_path / "memory" / "baseline-lance_FLAT_l2", tiny_checkpoints)
-    streamed = open_index(tmp_path / "stream" / "baseline-lance_FLAT_l2", tiny_checkpoints)
+    memory = open_index(tmp_path / "memory" / "baseline-lance_FLAT_l2", Encoders(tiny_checkpoints))
+    streamed = open_index(tmp_path / "stream" / "baseline-lance_FLAT_l2", Encoders(tiny_checkpoints))
     assert streamed.manifest.fit_sample == 40 and streamed.manifest.index_factory == "lance:FLAT"
     queries = ["cell protein gene", "market stock rose", "dog runs in the park"]
     runs = memory.search(queries, 5).run(queries), streamed.search(queries, 5).run(queries)
@@ -191,7 +192,7 @@ def test_a_lance_index_written_before_the_metric_was_recorded_is_dot(tiny, tmp_p
     manifest = json.loads((folder / "manifest.json").read_text())
     del manifest["index_metric"]
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    index = open_index(folder, encoders={("baseline", "last", encoder.runtime): encoder})
+    index = open_index(folder, Encoders(None, encoder))
     assert index.spec.factory == "lance:FLAT@dot" and "index_metric" not in read_manifest(folder).to_dict()
     assert len(index.search(["cell protein gene"], 3).hits(0)) == 3
 
@@ -204,7 +205,7 @@ def test_cone_imports_no_lancedb_and_without_it_a_lance_index_says_how_to_instal
     folder = build_dense(encoder, dataset, tmp_path / "lance", "none", parse_index_type("lance:FLAT"), progress=False)
     monkeypatch.setitem(sys.modules, "lancedb", None)  # import lancedb now raises ImportError
     with pytest.raises(InputError, match=r"lancedb is not installed .*fix: pip install 'cone\[lancedb\]'"):
-        open_index(folder, encoders={("baseline", "last", encoder.runtime): encoder})
+        open_index(folder, Encoders(None, encoder))
 
 
 @pytest.mark.parametrize("metric", ["dot", "l2", "cosine"])

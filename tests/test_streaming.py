@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from cone.cli import main
 from cone.data.loaders import load_beir
-from cone.encoders.registry import load_encoder
+from cone.encoders.registry import Encoders, load_encoder
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import store, streaming
 from cone.indexing.dense import build_dense
@@ -46,7 +46,7 @@ def test_a_streamed_index_answers_as_the_in_memory_one(shared_tiny_beir, tiny_ch
     encoder = load_encoder("baseline", tiny_checkpoints)
     whole = build_dense(encoder, load_beir(shared_tiny_beir, "tiny"), tmp_path / "whole", postprocess, progress=False)
     stream = streamed(encoder, shared_tiny_beir, tmp_path / "stream", postprocess=postprocess)
-    a, b = open_index(whole, tiny_checkpoints), open_index(stream, tiny_checkpoints)
+    a, b = open_index(whole, Encoders(tiny_checkpoints)), open_index(stream, Encoders(tiny_checkpoints))
     assert ranked(a, QUERIES) == ranked(b, QUERIES)
     assert (stream / IVF_DATA).is_file() and not (stream / "shards").exists()
     manifest = b.manifest
@@ -60,14 +60,14 @@ def test_a_streamed_index_answers_as_the_in_memory_one(shared_tiny_beir, tiny_ch
 
 def test_shards_and_the_sample_bound_what_a_build_holds(shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch):
     encoder = load_encoder("baseline", tiny_checkpoints)
-    one = open_index(streamed(encoder, shared_tiny_beir, tmp_path / "one", shard_size=1000), tiny_checkpoints)
+    one = open_index(streamed(encoder, shared_tiny_beir, tmp_path / "one", shard_size=1000), Encoders(tiny_checkpoints))
     seen, fitted = [], []
     encode = encoder.encode
     monkeypatch.setattr(encoder, "encode", lambda texts, **kw: seen.append(len(texts)) or encode(texts, **kw))
     correct = streaming.correct_vectors
     monkeypatch.setattr(streaming, "correct_vectors", lambda raw, spec: fitted.append(len(raw)) or correct(raw, spec))
     many = open_index(
-        streamed(encoder, shared_tiny_beir, tmp_path / "many", shard_size=7, sample_size=16), tiny_checkpoints
+        streamed(encoder, shared_tiny_beir, tmp_path / "many", shard_size=7, sample_size=16), Encoders(tiny_checkpoints)
     )
     assert seen == [7, 7, 7, 7, 7, 5] and fitted == [16] and many.manifest.fit_sample == 16
     assert ranked(one, QUERIES) == ranked(many, QUERIES)  # exhaustive probing: the sample only moves centroids
@@ -139,7 +139,7 @@ def test_a_streamed_index_without_its_lists_is_damaged(shared_tiny_beir, tiny_ch
     out = streamed(load_encoder("baseline", tiny_checkpoints), shared_tiny_beir, tmp_path / "idx")
     (out / IVF_DATA).unlink()
     with pytest.raises(DamagedIndex, match="without its lists"):
-        open_index(out, tiny_checkpoints)
+        open_index(out, Encoders(tiny_checkpoints))
 
 
 def test_the_service_answers_over_a_streamed_index(shared_tiny_beir, tiny_checkpoints, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cone.cli import main
+from cone.encoders.registry import Encoders
 from cone.errors import DamagedIndex
 from cone.indexing.codes import DOT, IndexType
 from cone.indexing.factory import STORES
@@ -102,8 +103,8 @@ def test_a_toy_store_is_built_streamed_served_and_evaluated_through_the_registry
     assert main([*argv, "--out", str(tmp_path / "memory")]) == 0
     assert main([*argv, "--out", str(tmp_path / "stream"), "--stream", "--shard-size", "16"]) == 0
     folder = tmp_path / "memory" / "baseline-toy_exact_dot"
-    index = open_index(folder, tiny_checkpoints)
-    streamed = open_index(tmp_path / "stream" / folder.name, tiny_checkpoints)
+    index = open_index(folder, Encoders(tiny_checkpoints))
+    streamed = open_index(tmp_path / "stream" / folder.name, Encoders(tiny_checkpoints))
     assert index.spec.factory == streamed.spec.factory == "toy:exact@dot" and (folder / FILE).is_file()
     queries = ["cell protein gene"]
     (memory_run,), (streamed_run,) = (i.search(queries, 5).run(queries).values() for i in (index, streamed))

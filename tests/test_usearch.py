@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cone.cli import main
+from cone.encoders.registry import Encoders
 from cone.errors import InputError
 from cone.indexing.dense import build_dense
 from cone.indexing.factory import build_codes
@@ -77,7 +78,7 @@ def test_a_usearch_index_round_trips_through_the_manifest_and_the_service(factor
     assert (manifest.index_factory, manifest.index_metric) == (kind.factory, kind.metric)
     assert manifest.index_params["codec"] == factory.split(":")[-1].split("@")[0]
     assert {"connectivity", "expansion_add", "expansion_search"} <= set(manifest.index_params)  # HNSW as it ships
-    index = open_index(folder, tiny_checkpoints)
+    index = open_index(folder, Encoders(tiny_checkpoints))
     hits = index.search(["cell protein gene"], 5).hits(0)
     assert len(hits) == 5 and len({h.doc_id for h in hits}) == 5
     with TestClient(create_app(folder.parent, tiny_checkpoints, load_in_background=False)) as client:
@@ -118,7 +119,9 @@ def test_a_streamed_usearch_index_ranks_as_the_in_memory_one(tiny_beir, tiny_che
     assert main([*argv, "--out", str(tmp_path / "memory")]) == 0
     assert main([*argv, "--out", str(tmp_path / "stream"), "--stream", "--shard-size", "12"]) == 0
     name = "baseline-usearch_exact_f32_l2"
-    memory, streamed = (open_index(tmp_path / where / name, tiny_checkpoints) for where in ("memory", "stream"))
+    memory, streamed = (
+        open_index(tmp_path / where / name, Encoders(tiny_checkpoints)) for where in ("memory", "stream")
+    )
     assert streamed.manifest.fit_sample == 40 and streamed.spec.factory == "usearch:exact:f32@l2"
     queries = ["cell protein gene", "market stock rose"]
     runs = memory.search(queries, 5).run(queries), streamed.search(queries, 5).run(queries)
