@@ -197,7 +197,5 @@ def build_dense_streaming(
         shutil.rmtree(scratch)
         np.savez(folder.path / PARAMS_FILE, **corrected.params)
         identity = CorpusIdentity(dataset.name, writer.fingerprint.hexdigest(), n_docs)
-        folder.manifest = dense_manifest(
-            encoder, identity, corrected, kind, search_params, len(sample), index_params
-        )
+        folder.manifest = dense_manifest(encoder, identity, corrected, kind, search_params, len(sample), index_params)
     return out
