@@ -191,6 +191,8 @@ class UsearchStore:
             if setting not in SEARCH_SETTINGS:
                 raise InputError(f"invalid --search-params: {kind.factory} takes ef only, not {setting!r}")
         exact, codec = _parts(kind.factory)
+        if exact and settings:  # an exhaustive search has no graph to expand: ef would be recorded and ignored
+            raise InputError(f"invalid --search-params: {kind.factory} searches every code, it takes no settings")
         params: dict[str, int | str | None] = {"codec": codec, "metric": USEARCH_METRIC[kind.metric]}
         params["bits_per_dim"] = BITS[codec]
         if "ef" in settings:

@@ -36,6 +36,9 @@ def test_codecs_parse_with_their_metric_and_b1_is_hamming_only():
         parse_index_type("usearch:b1@dot")
     with pytest.raises(InputError, match="takes ef only, not 'nprobe'"):
         build_codes(unit_rows(50, 16), parse_index_type("usearch:i8"), "nprobe=4")
+    assert build_codes(unit_rows(50, 16), parse_index_type("usearch:i8"), "ef=32").params["expansion_search"] == 32
+    with pytest.raises(InputError, match="usearch:exact:i8 searches every code, it takes no settings"):
+        build_codes(unit_rows(50, 16), parse_index_type("usearch:exact:i8"), "ef=32")  # once recorded and ignored
 
 
 @pytest.mark.parametrize("metric", ["dot", "l2", "cosine"])
