@@ -167,6 +167,7 @@ def limit_rate(indexes: Path, checkpoints: Path | None, model: str, queries: lis
         def search(share: list[str]) -> None:
             torch.set_num_threads(1)
             index.search(share, 10)
+            torch.set_num_threads(cores)  # what threads started later begin with again (the count is per thread)
 
         workers = [threading.Thread(target=search, args=(share,)) for share in shares]
         for worker in workers:
