@@ -138,6 +138,33 @@ def load_runs(folder: Path) -> str:
     return table([*header, "16 clients × 30 s: requests, errors", "p50 / p99", "throughput", "÷ in-process loop"], rows)
 
 
+def load_limit(folder: Path) -> str:
+    """Each model's limit (the better of its two in-process ways) and the service under each client count."""
+    rows = []
+    for name in ("load-limit-minilm", "load-limit-baseline"):
+        record = load(folder, name)
+        found = record["result"]
+        limit = found["limit"]
+        for run in found["runs"]:
+            loaded = run["loaded"]
+            rows.append(
+                [
+                    f"{found['model']} (`{name}.json`)",
+                    f"{limit['qps']:.1f} q/s ({limit['one_call']['qps']:.1f} / {limit['per_core']['qps']:.1f})",
+                    str(run["connections"]),
+                    f"{thousands(loaded['requests'])}, **{loaded['errors']}**",
+                    f"{loaded['p50_ms']:.1f} / {loaded['p99_ms']:.1f} ms",
+                    f"{loaded['rps']:.1f} q/s",
+                    f"**{run['ratio_to_limit']:.2f}×**",
+                    f"{limit['queries_per_cpu_s']:.1f} / {run['queries_per_cpu_s']:.1f}",
+                    f"**{run['cpu_ratio_to_limit']:.2f}×**",
+                    load_range(record),
+                ]
+            )
+    header = ["model", "limit (one call / one thread per core)", "clients", "requests, errors", "p50 / p99"]
+    return table([*header, "service", "÷ limit", "queries per CPU-second: limit / service", "÷ limit's", "load"], rows)
+
+
 def reload_soak(folder: Path) -> str:
     found = load(folder, "reload-soak")["result"]
     at = found["at"]
@@ -283,6 +310,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "backends-avx512bf16": partial(backends, record="backends-avx512bf16"),
     "ann": ann,
     "load": load_runs,
+    "load-limit": load_limit,
     "reload-soak": reload_soak,
     "reload-storm": reload_storm,
     "sweep-cost": sweep_cost,

@@ -72,8 +72,11 @@ class Entry:
         A DamagedIndex (a file changed under the index) marks the entry unavailable before it propagates."""
         try:
             scores, rows = self._batcher.submit((query, k))
-            hits = SearchResult(scores[None], rows[None], self.index.docs).hits(0, k)
-            scores = scores[rows >= 0].astype(float)  # FAISS pads with -1 where it found fewer (an empty IVF probe)
+            found = rows >= 0  # FAISS pads with -1 where it found fewer (an empty IVF probe)
+            scores, rows = scores[found], rows[found]
+            # Only the top k become Hits: the rows below them are there for the spread alone.
+            hits = SearchResult(scores[None, :k], rows[None, :k], self.index.docs).hits(0)
+            scores = scores.astype(float)
         except DamagedIndex as exc:
             self.fail(exc)
             raise

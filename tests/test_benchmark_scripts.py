@@ -3,7 +3,9 @@ one of them, the sweep's cost, runs end to end on a tiny dataset."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import runpy
 from pathlib import Path
 
@@ -42,3 +44,24 @@ def test_pq_noise_finds_the_same_index_on_a_rebuild_and_counts_what_noise_moves(
     assert overlap_at_k(pq_top10(vectors, "none", queries=50), first) == 1.0
     moved = pq_top10(vectors + np.float32(0.05) * vectors[::-1], "none", queries=50)
     assert overlap_at_k(moved, first) < 1.0
+
+
+def test_the_load_limit_is_the_better_of_its_two_ways_and_cpu_seconds_are_counted(
+    shared_tiny_beir, tiny_checkpoints, tmp_path
+):
+    from tiny import build_tiny_indexes
+
+    build_tiny_indexes(tmp_path, shared_tiny_beir, tiny_checkpoints, [("baseline", "none")])
+    bench = runpy.run_path(str(SCRIPTS[0].parent / "load_bench.py"), run_name="benchmark_under_test")
+    queries = [f"protein {word} cell" for word in ("level", "risk", "gene", "study", "tumor", "dose")]
+    limit = bench["limit_rate"](tmp_path, tiny_checkpoints, "baseline", queries, 1)
+    ways = (limit["one_call"], limit["per_core"])
+    assert limit["qps"] == max(way["qps"] for way in ways) and min(way["qps"] for way in ways) > 0
+    assert limit["queries_per_cpu_s"] == max(way["queries_per_cpu_s"] for way in ways)
+    assert (limit["batch_size"], limit["runtime"]) == (64, "torch")
+    before = bench["process_cpu_s"](os.getpid())
+    sum(i * i for i in range(2_000_000))  # CPU work of this process
+    assert bench["process_cpu_s"](os.getpid()) > before
+    assert bench["connection_counts"]("16,64") == [16, 64]
+    with pytest.raises(argparse.ArgumentTypeError):
+        bench["connection_counts"]("16,0")
