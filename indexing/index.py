@@ -34,9 +34,14 @@ class SearchResult:
     docs: DocTable
 
     def hits(self, query: int, k: int | None = None) -> list[Hit]:
-        """The query's top ``k`` (all it has by default) that exist: FAISS pads with row -1 where it found fewer."""
-        found = [(float(s), int(r)) for s, r in zip(self.scores[query], self.rows[query], strict=True) if r >= 0]
-        return [self._hit(score, row) for score, row in found[:k]]
+        """The query's top ``k`` (all it has by default) that exist: a store pads its tail with row -1 where it
+        found fewer (an empty IVF probe), so the top k are read and nothing below them."""
+        top = zip(self.scores[query][:k], self.rows[query][:k], strict=True)
+        return [self._hit(float(score), int(row)) for score, row in top if row >= 0]
+
+    def query(self, i: int) -> SearchResult:
+        """The ``i``-th query's result alone (a batch's answer to one of its requests)."""
+        return SearchResult(self.scores[i : i + 1], self.rows[i : i + 1], self.docs)
 
     def _hit(self, score: float, row: int) -> Hit:
         record = self.docs[row]  # one read of the table's line: id, title and snippet together

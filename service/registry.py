@@ -71,12 +71,9 @@ class Entry:
         """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns.
         A DamagedIndex (a file changed under the index) marks the entry unavailable before it propagates."""
         try:
-            scores, rows = self._batcher.submit((query, k))
-            found = rows >= 0  # FAISS pads with -1 where it found fewer (an empty IVF probe)
-            scores, rows = scores[found], rows[found]
-            # Only the top k become Hits: the rows below them are there for the spread alone.
-            hits = SearchResult(scores[None, :k], rows[None, :k], self.index.docs).hits(0)
-            scores = scores.astype(float)
+            found: SearchResult = self._batcher.submit((query, k))
+            hits = found.hits(0, k)  # the rows below the top k are there for the spread alone
+            scores = found.scores[0][found.rows[0] >= 0].astype(float)  # stores pad with row -1 (empty IVF probe)
         except DamagedIndex as exc:
             self.fail(exc)
             raise
@@ -90,12 +87,12 @@ class Entry:
         return hits, spread
 
 
-def _search_batch(index: Index, requests: Sequence[tuple[str, int]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """One encode and one FAISS call for every (query, k) of a batch: the scores and rows of its top
+def _search_batch(index: Index, requests: Sequence[tuple[str, int]]) -> list[SearchResult]:
+    """One encode and one store search for every (query, k) of a batch: each request's own result, its top
     max(k, spread size), best first."""
     depth = max(max(k for _, k in requests), min(len(index.docs), SPREAD_DOCS))
     found = index.search([query for query, _ in requests], depth)
-    return [(found.scores[i], found.rows[i]) for i in range(len(requests))]
+    return [found.query(i) for i in range(len(requests))]
 
 
 def _unavailable_model(name: str, folder: Path, checkpoints: Path | None) -> Entry:
