@@ -66,18 +66,15 @@ WORDS = [
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """For pytest-xdist's --dist loadgroup (pyproject.toml): each module is one group, so its module fixtures
-    are built once and its tests keep their order (test_cluster's first tests need Ray not yet started). A test
-    given its own xdist_group goes first (the two halves of the MiniLM reproduction, the slowest work: one starts at
-    once on each worker), then the modules that hold a slow test, so the short ones fill in behind the long ones."""
+    """For pytest-xdist's --dist loadscope (pyproject.toml): a module's functions are one scope, run on one worker, so
+    its module fixtures are built once and its tests keep their order (test_cluster's first tests need Ray not yet
+    started); a class is a scope of its own. The classes go first (the two halves of the MiniLM reproduction, the
+    slowest work: one starts at once on each worker), then the modules that hold a slow test, so the short ones fill
+    in behind the long ones. (--dist loadgroup with an xdist_group per module did this until pytest 9, whose nodes
+    no longer take the group xdist 3.8 appends to their ids: every test was then a scope of its own, each worker
+    built every module's fixtures, and two Ray clusters ran at once.)"""
     slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    own_group = set()
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            own_group.add(item.nodeid)
-        else:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-    items.sort(key=lambda item: (item.nodeid not in own_group, item.module.__name__ not in slow_modules))
+    items.sort(key=lambda item: (item.cls is None, item.module.__name__ not in slow_modules))
 
 
 @pytest.fixture(scope="session", autouse=True)
