@@ -193,12 +193,14 @@ def sweep_cost(folder: Path) -> str:
 
 def ray(folder: Path) -> str:
     rows = []
-    for name in ("ray-baseline", "ray-minilm", "ray-stream"):
-        found = load(folder, name)["result"]
+    for name in ("ray-baseline", "ray-minilm", "ray-stream", "ray-stream-epyc"):
+        record = load(folder, name)
+        found, cpu = record["result"], "EPYC" if "EPYC" in record["cpu"] else "Xeon"
         diff = found["max_abs_vector_difference"]
         rows.append(
             [
                 f"{found['model']}, {thousands(found['docs'])}, {found['build']} (`{name}.json`)",
+                f"{cpu}, load {load_range(record)}",
                 f"{found['docs_per_s']['local']:.1f} docs/s",
                 f"{found['docs_per_s']['ray']:.1f} docs/s",
                 f"**{found['ray_vs_local']:.2f}×**",
@@ -207,7 +209,7 @@ def ray(folder: Path) -> str:
                 f"{found['queries_with_the_same_top10']} of {found['queries']} queries",
             ]
         )
-    header = ["model, documents, build", "local", "Ray", "Ray / local", "cluster start", "vectors"]
+    header = ["model, documents, build", "CPU, load", "local", "Ray", "Ray / local", "cluster start", "vectors"]
     return table([*header, "same top 10"], rows)
 
 
