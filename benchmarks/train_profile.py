@@ -3,11 +3,11 @@ autocast, each under torch.profiler, its operators' own times grouped by what th
 multiplies matrices in each precision.
 
 The same 16,392 x 256 model and batch (32 x 128) as benchmarks/train_speed.py, λ = 3 (reg_cos), the configured
-threads. Each variant is profiled after --warmup unprofiled steps, the median of --rounds profiled steps per group;
-"peak" is a 4,096 x 4,096 x 4,096 matrix product in fp32 and in bf16 on the same threads, the fastest this CPU's
-oneDNN/BLAS kernels reach. From these: the share of the bf16 step that is matrix products, the rate they reach, and
-the step time bf16 could reach at most (its matrix products at that peak, everything else unchanged), as a ratio
-to the plain fp32 loop.
+threads. Each variant is profiled after --warmup unprofiled steps, the variants taking turns round by round, the
+median of --rounds profiled steps per group; "peak" is a 4,096 x 4,096 x 4,096 matrix product in fp32 and in bf16
+on the same threads, the fastest this CPU's oneDNN/BLAS kernels reach. From these: the share of the bf16 step that is
+matrix products and the rate they reach, and the bound on what bf16 can give here: cone's fp32 step with its
+matrix products at the bf16 peak and everything else as it is in fp32.
 
 Usage: python benchmarks/train_profile.py [--threads 2] [--warmup 2] [--rounds 3] [--json]
 """
@@ -114,21 +114,32 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def profile_variant(base: GPT, name: str, batches: list[torch.Tensor], warmup: int) -> dict:
-    """``name``: "plain fp32 loop" (train_speed.py's baseline), "fp32" or "bf16" (cone train's step, λ = 3)."""
+def step_of(base: GPT, name: str):
+    """``name``: "plain fp32 loop" (train_speed.py's baseline), "fp32" or "bf16" (cone train's step, λ = 3): a step
+    function of a copy of ``base`` with its own optimizer."""
     model = copy.deepcopy(base)
     tcfg = TrainConfig(reg_cos=3.0, bf16=name == "bf16")
     opt = make_optimizer(model, tcfg)
+    if name == "plain fp32 loop":
+        return lambda x, i: plain_fp32_step(model, opt, x)
+    return lambda x, i: train_step(model, opt, tcfg, x, i)
 
-    def step(x: torch.Tensor, i: int) -> None:
-        if name == "plain fp32 loop":
-            plain_fp32_step(model, opt, x)
-        else:
-            train_step(model, opt, tcfg, x, i)
 
-    for i, x in enumerate(batches[:warmup]):
-        step(x, i)
-    runs = [profiled_step(lambda x=x, i=i: step(x, i)) for i, x in enumerate(batches[warmup:], start=warmup)]
+def profile_variants(base: GPT, names: tuple[str, ...], batches: list[torch.Tensor], warmup: int) -> dict:
+    """Each variant's profiled steps, the variants taking turns round by round (a load that changes during the run
+    weighs on each alike): the median step and each group's median own time and its FLOPs."""
+    steps = {name: step_of(base, name) for name in names}
+    for step in steps.values():
+        for i, x in enumerate(batches[:warmup]):
+            step(x, i)
+    runs = {name: [] for name in names}
+    for i, x in enumerate(batches[warmup:], start=warmup):
+        for name, step in steps.items():
+            runs[name].append(profiled_step(lambda step=step, x=x, i=i: step(x, i)))
+    return {name: _summary(found) for name, found in runs.items()}
+
+
+def _summary(runs: list[tuple[float, dict[str, float], dict[str, float]]]) -> dict:
     median = {g: statistics.median(seconds.get(g, 0.0) for _, seconds, _ in runs) for g in GROUPS}
     flops = {g: runs[0][2].get(g, 0.0) for g in GROUPS}
     return {
@@ -158,15 +169,16 @@ def main() -> None:
     base = GPT(cfg)
     batches = [torch.randint(0, cfg.vocab_size, (32, cfg.block_size + 1)) for _ in range(args.warmup + args.rounds)]
     peak = {"fp32": peak_gflops(torch.float32), "bf16": peak_gflops(torch.bfloat16)}
-    names = ("plain fp32 loop", "fp32", "bf16")
-    steps = {name: profile_variant(base, name, batches, args.warmup) for name in names}
-    matmul_groups = MATMUL_GROUPS
-    plain = steps["plain fp32 loop"]["step_s"]
-    bf16 = steps["bf16"]
+    steps = profile_variants(base, ("plain fp32 loop", "fp32", "bf16"), batches, args.warmup)
+    plain, fp32, bf16 = steps["plain fp32 loop"]["step_s"], steps["fp32"], steps["bf16"]
     profiled = sum(g["seconds"] for g in bf16["groups"].values())
-    matmul_s = sum(bf16["groups"][g]["seconds"] for g in matmul_groups)
-    matmul_gflop = sum(bf16["groups"][g]["gflop"] for g in matmul_groups)
-    at_peak = matmul_gflop / peak["bf16"]
+    matmul_s = sum(bf16["groups"][g]["seconds"] for g in MATMUL_GROUPS)
+    matmul_gflop = sum(bf16["groups"][g]["gflop"] for g in MATMUL_GROUPS)
+    # The bound: cone's fp32 step with every matmul at the bf16 peak and everything else as it is in fp32.
+    fp32_profiled = sum(g["seconds"] for g in fp32["groups"].values())
+    fp32_matmul_s = sum(g["seconds"] for g in fp32["groups"].values() if g["gflop"])
+    fp32_gflop = sum(g["gflop"] for g in fp32["groups"].values())
+    bound = fp32["step_s"] * (1 - fp32_matmul_s / fp32_profiled) + fp32_gflop / peak["bf16"]
     result = {
         "threads": args.threads,
         "rounds": args.rounds,
@@ -176,9 +188,10 @@ def main() -> None:
         "vs_plain_fp32": {name: plain / step["step_s"] for name, step in steps.items()},
         "bf16_matmul_share": matmul_s / profiled,
         "bf16_matmul_gflops_per_s": matmul_gflop / matmul_s,
-        "bf16_step_s_with_matmuls_at_peak": bf16["step_s"] - matmul_s * bf16["step_s"] / profiled + at_peak,
+        "bf16_vs_fp32": fp32["step_s"] / bf16["step_s"],
+        "fp32_step_s_with_matmuls_at_bf16_peak": bound,
+        "bound_vs_fp32": fp32["step_s"] / bound,
     }
-    result["ceiling_vs_plain_fp32"] = plain / result["bf16_step_s_with_matmuls_at_peak"]
     if args.json:
         print(json.dumps(result, indent=1))
         return
@@ -188,11 +201,8 @@ def main() -> None:
         for g, row in step["groups"].items():
             rate = f"  {row['gflops_per_s']:.0f} GFLOP/s" if row["gflops_per_s"] else ""
             print(f"  {g:48s} {row['seconds'] * 1e3:8.1f} ms{rate}")
-    print(f"bf16 / plain fp32 {result['vs_plain_fp32']['bf16']:.2f}x; matmuls {result['bf16_matmul_share']:.0%} of it;")
-    print(
-        f"at the bf16 peak the step would take {result['bf16_step_s_with_matmuls_at_peak']:.3f} s: "
-        f"{result['ceiling_vs_plain_fp32']:.2f}x the plain fp32 loop"
-    )
+    print(f"bf16 step / fp32 step {result['bf16_vs_fp32']:.2f}x; matmuls {result['bf16_matmul_share']:.0%} of bf16's")
+    print(f"fp32 step with its matmuls at the bf16 peak: {bound:.3f} s, {result['bound_vs_fp32']:.2f}x the fp32 step")
 
 
 if __name__ == "__main__":
