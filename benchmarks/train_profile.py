@@ -176,8 +176,8 @@ def main() -> None:
     matmul_gflop = sum(bf16["groups"][g]["gflop"] for g in MATMUL_GROUPS)
     # The bound: cone's fp32 step with every matmul at the bf16 peak and everything else as it is in fp32.
     fp32_profiled = sum(g["seconds"] for g in fp32["groups"].values())
-    fp32_matmul_s = sum(g["seconds"] for g in fp32["groups"].values() if g["gflop"])
-    fp32_gflop = sum(g["gflop"] for g in fp32["groups"].values())
+    fp32_matmul_s = sum(fp32["groups"][g]["seconds"] for g in MATMUL_GROUPS)
+    fp32_gflop = sum(fp32["groups"][g]["gflop"] for g in MATMUL_GROUPS)
     bound = fp32["step_s"] * (1 - fp32_matmul_s / fp32_profiled) + fp32_gflop / peak["bf16"]
     result = {
         "threads": args.threads,
