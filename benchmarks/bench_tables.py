@@ -60,10 +60,31 @@ def geometry(folder: Path) -> str:
     return table([*header, "old peak RSS", "new peak RSS", "load", "record"], rows)
 
 
-def train_speed(folder: Path) -> str:
-    found = load(folder, "train-speed")["result"]
+def train_speed(folder: Path, record: str = "train-speed") -> str:
+    found = load(folder, record)["result"]
     rows = [[row["variant"], thousands(row["tokens_per_s"]), f"{row['ratio']:.2f}×"] for row in found["rows"]]
     return table(["variant", "tokens/s", "vs plain fp32 loop"], rows)
+
+
+def train_profile(folder: Path) -> str:
+    """Each group's own time per step in the three variants (medians), the rate of the bf16 step's matrix
+    products, this CPU's matrix-product peak in each precision, and the bound on the bf16 step."""
+    found = load(folder, "train-profile")["result"]
+    steps, peak = found["steps"], found["peak_gflops"]
+    rows = []
+    for group, bf16 in steps["bf16"]["groups"].items():
+        times = [f"{1e3 * steps[name]['groups'][group]['seconds']:,.0f} ms" for name in steps]
+        rows.append([group, *times, f"{bf16['gflops_per_s']:,.0f}" if (bf16["gflops_per_s"] or 0) >= 1 else "—"])
+    rows.append(
+        ["**whole step (wall, median)**", *(f"**{1e3 * step['step_s']:,.0f} ms**" for step in steps.values()), ""]
+    )
+    rows.append(["4,096³ matrix product, GFLOP/s (the peak)", "", f"{peak['fp32']:,.0f}", f"{peak['bf16']:,.0f}", ""])
+    bound = found["fp32_step_s_with_matmuls_at_bf16_peak"]
+    rows.append(["fp32 step with its matmuls at the bf16 peak (the bound)", "", f"{1e3 * bound:,.0f} ms", "", ""])
+    rows.append(
+        ["fp32 step ÷ this column's", "", f"{found['bound_vs_fp32']:.2f}× (bound)", f"{found['bf16_vs_fp32']:.2f}×", ""]
+    )
+    return table(["group of operators (own time per step)", *steps, "bf16 GFLOP/s"], rows)
 
 
 def regularizer_cost(folder: Path) -> str:
@@ -220,12 +241,14 @@ def sweep_cost(folder: Path) -> str:
 
 def ray(folder: Path) -> str:
     rows = []
-    for name in ("ray-baseline", "ray-minilm", "ray-stream"):
-        found = load(folder, name)["result"]
+    for name in ("ray-baseline", "ray-minilm", "ray-stream", "ray-stream-epyc"):
+        record = load(folder, name)
+        found, cpu = record["result"], "EPYC" if "EPYC" in record["cpu"] else "Xeon"
         diff = found["max_abs_vector_difference"]
         rows.append(
             [
                 f"{found['model']}, {thousands(found['docs'])}, {found['build']} (`{name}.json`)",
+                f"{cpu}, load {load_range(record)}",
                 f"{found['docs_per_s']['local']:.1f} docs/s",
                 f"{found['docs_per_s']['ray']:.1f} docs/s",
                 f"**{found['ray_vs_local']:.2f}×**",
@@ -234,7 +257,7 @@ def ray(folder: Path) -> str:
                 f"{found['queries_with_the_same_top10']} of {found['queries']} queries",
             ]
         )
-    header = ["model, documents, build", "local", "Ray", "Ray / local", "cluster start", "vectors"]
+    header = ["model, documents, build", "CPU, load", "local", "Ray", "Ray / local", "cluster start", "vectors"]
     return table([*header, "same top 10"], rows)
 
 
@@ -304,6 +327,8 @@ def tests(folder: Path) -> str:
 TABLES: dict[str, Callable[[Path], str]] = {
     "geometry": geometry,
     "train-speed": train_speed,
+    "train-speed-epyc": partial(train_speed, record="train-speed-epyc"),
+    "train-profile": train_profile,
     "regularizer-cost": regularizer_cost,
     "encoders": encoders,
     "backends": backends,

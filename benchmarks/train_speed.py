@@ -1,7 +1,8 @@
 """Training tokens/s of `cone train`'s step against a plain fp32 PyTorch loop, same process.
 
 Every variant trains the same 16,392 x 256 model on the same batches from the same initial
-weights; only how the step is computed differs. Usage:
+weights; only how the step is computed differs. The variants take turns step by step (the compiled ones among
+themselves), so that a load that changes during the run weighs on each alike. Usage:
     python benchmarks/train_speed.py [--steps 12] [--threads 2] [--compile] [--json]
 """
 
@@ -29,13 +30,20 @@ def plain_fp32_step(model: GPT, opt: torch.optim.Optimizer, x: torch.Tensor) -> 
     return float(loss.detach())
 
 
-def tokens_per_s(step_fn, batches: list[torch.Tensor], warmup: int = 2) -> float:
-    for x in batches[:warmup]:
-        step_fn(x, 0)
-    start = time.perf_counter()
+def tokens_per_s(step_fns: dict, batches: list[torch.Tensor], warmup: int = 2) -> dict[str, float]:
+    """Each variant's tokens/s over ``batches`` after ``warmup`` of them, the variants taking turns step by step: a
+    load that comes or goes during the run (other work on the machine) slows every variant alike."""
+    for step_fn in step_fns.values():
+        for x in batches[:warmup]:
+            step_fn(x, 0)
+    seconds = dict.fromkeys(step_fns, 0.0)
     for i, x in enumerate(batches[warmup:]):
-        step_fn(x, i)
-    return sum(x[:, :-1].numel() for x in batches[warmup:]) / (time.perf_counter() - start)
+        for name, step_fn in step_fns.items():
+            start = time.perf_counter()
+            step_fn(x, i)
+            seconds[name] += time.perf_counter() - start
+    tokens = sum(x[:, :-1].numel() for x in batches[warmup:])
+    return {name: tokens / spent for name, spent in seconds.items()}
 
 
 def main() -> None:
@@ -70,13 +78,15 @@ def main() -> None:
         ("cone train step, fp32, λ=3 (default λ)", 3.0, False),
         ("cone train step, bf16 autocast, λ=3", 3.0, True),
     ]
-    results = {
-        name: tokens_per_s(variant(name, reg, bf16), bf16_batches if bf16 else batches) for name, reg, bf16 in variants
-    }
+    together = {name: variant(name, reg, bf16) for name, reg, bf16 in variants if native or not bf16}
+    results = tokens_per_s(together, batches)
+    results.update(tokens_per_s({n: variant(n, r, b) for n, r, b in variants if n not in together}, bf16_batches))
     if args.compile:
-        for bf16 in (False, True) if native else (False,):
-            name = f"cone train step, {'bf16' if bf16 else 'fp32'} + torch.compile, λ=3"
-            results[name] = tokens_per_s(variant(name, 3.0, bf16, compiled=True), batches, warmup=3)
+        compiled = {
+            f"cone train step, {'bf16' if bf16 else 'fp32'} + torch.compile, λ=3": bf16
+            for bf16 in ((False, True) if native else (False,))
+        }
+        results.update(tokens_per_s({n: variant(n, 3.0, b, compiled=True) for n, b in compiled.items()}, batches, 3))
     baseline = results["plain fp32 loop (baseline)"]
     if args.json:
         rows = [{"variant": name, "tokens_per_s": tps, "ratio": tps / baseline} for name, tps in results.items()]

@@ -166,23 +166,26 @@ def _encoded(
     batch, so that its blocks are not joined into one actor's work."""
     import ray
 
+    # One task in flight per actor: a task queued behind another stays with its actor, so at the end one actor
+    # would still work through its queue while the other idles; one at a time, each batch goes to the actor free.
     return dataset.map_batches(
         _actor_class(recipe, layers),
         batch_size=batch_size,
         batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=options.actors),
+        compute=ray.data.ActorPoolStrategy(size=options.actors, max_tasks_in_flight_per_actor=1),
         num_cpus=1,
     )
 
 
-def _batches(dataset: object) -> Iterator[dict[str, np.ndarray]]:
-    """The pipeline's output in input order, once every actor has loaded its encoder (the first one up would
-    otherwise take the whole of a small corpus); a failure past Ray's retries is one ClusterError, or the
-    ConeError an actor raised on a batch (a bad corpus line) as itself."""
+def _batches(dataset: object, wait: bool = True) -> Iterator[dict[str, np.ndarray]]:
+    """The pipeline's output in input order; with ``wait``, work is handed out once every actor has loaded its
+    encoder (the first one up would otherwise take the whole of a small corpus, cut into one share per actor).
+    A failure past Ray's retries is one ClusterError, or the ConeError an actor raised on a batch (a bad corpus
+    line) as itself."""
     import ray
 
     dataset.context.execution_options.preserve_order = True
-    dataset.context.wait_for_min_actors_s = ACTORS_START_S  # this dataset's, not the process's Ray Data context
+    dataset.context.wait_for_min_actors_s = ACTORS_START_S if wait else 0  # this dataset's, not the process's
     failure = None
     try:
         yield from dataset.iter_batches(batch_size=None, batch_format="numpy")
@@ -264,16 +267,25 @@ def _block_rows(n: int, options: RayOptions) -> int:
     return max(1, min(options.batch_size, -(-n // options.actors)))
 
 
-def _read_lines(corpus_file: Path) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    """A reading task: byte ranges of the file -> their non-blank lines, each with where it starts, for errors."""
+def _read_lines(corpus_file: Path, rows: int) -> Callable[[dict[str, np.ndarray]], Iterator[dict[str, np.ndarray]]]:
+    """A reading task: byte ranges of the file -> their non-blank lines, each with where it starts (for errors),
+    in blocks of ``rows`` lines: an actor's batch each, so the pool shares the work out a batch at a time and the
+    last batches of the file end on both actors together, not a whole range's on one."""
 
-    def read(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def block(lines: list[bytes], where: list[str]) -> dict[str, np.ndarray]:
+        return {"line": np.array(lines, dtype=object), "where": np.array(where, dtype=object)}
+
+    def read(batch: dict[str, np.ndarray]) -> Iterator[dict[str, np.ndarray]]:
         lines, where = [], []
         for start, end in zip(batch["start"], batch["end"], strict=True):
             for offset, line in range_lines(corpus_file, int(start), int(end)):
                 lines.append(line)
                 where.append(f"{corpus_file} at byte {offset}")
-        return {"line": np.array(lines, dtype=object), "where": np.array(where, dtype=object)}
+                if len(lines) == rows:
+                    yield block(lines, where)
+                    lines, where = [], []
+        if lines:
+            yield block(lines, where)
 
     return read
 
@@ -286,7 +298,10 @@ def encode_corpus_lines(
 
     The file is read by Ray tasks pinned to this node (the other nodes need not see it), a byte range each, so
     no task holds the corpus; they take no CPU of their own: the actors hold every CPU of a small cluster, and a
-    reading task waiting for one would wait forever."""
+    reading task waiting for one would wait forever. One reads at a time (a range takes milliseconds; each
+    concurrent one would start a process of its own). A file cut by bytes (a large one) is read while the actors
+    load their encoders, not after (issue 43: the reading process's start was on the build's path); only a file
+    cut into one share per actor waits for all of them."""
     import ray
 
     corpus_file = corpus_file.resolve()
@@ -300,13 +315,14 @@ def encode_corpus_lines(
         ranges = [{"start": a, "end": b} for a, b in plan.ranges]
         pieces = ray.data.from_items(ranges, override_num_blocks=len(ranges))
         read = pieces.map_batches(
-            _read_lines(corpus_file),
+            _read_lines(corpus_file, batch_size),
             batch_size=1,
             batch_format="numpy",
             num_cpus=0,
+            concurrency=1,
             label_selector={"ray.io/node-id": here},
         )
-        for batch in _batches(_encoded(read, recipe, [layer], options, batch_size)):
+        for batch in _batches(_encoded(read, recipe, [layer], options, batch_size), plan.lines_each is not None):
             lines = [bytes(line) for line in batch["line"]]
             on_batch(len(lines))
             yield lines, [str(w) for w in batch["where"]], batch["layer0"]

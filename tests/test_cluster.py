@@ -5,6 +5,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -81,14 +83,39 @@ def test_a_local_cluster_smaller_than_the_pool_is_one_line_at_once(
     assert not ray.is_initialized() and not (tmp_path / "baseline").exists()
 
 
-def test_a_local_clusters_workers_run_at_the_commands_priority(monkeypatch):
-    """Ray starts workers 15 niceness steps below the driver unless told (issue 43: beside other load they starved);
-    the command's own local cluster runs them at the command's niceness. Before the module's cluster, too."""
-    assert not ray.is_initialized()
-    monkeypatch.delenv("RAY_worker_niceness", raising=False)  # conftest's setting for the test's own cluster
-    with cluster.connected(cluster.RayOptions(actors=1)):
-        worker_nice = ray.get(ray.remote(lambda: os.nice(0)).remote())
-    assert worker_nice == os.nice(0)
+NICENESS_SPY = """
+import os, sys
+from cone.cli import main
+from cone.encoders import cluster
+LOG, real = sys.argv[1], cluster._actor_class
+
+def telling(recipe, layers):
+    class Telling(real(recipe, layers)):
+        def __call__(self, batch):
+            with open(LOG, "a") as handle:
+                handle.write(f"{os.nice(0)}\\n")
+            return super().__call__(batch)
+    return Telling
+
+cluster._actor_class = telling
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_a_local_clusters_workers_run_at_the_commands_niceness(tmp_path, shared_tiny_beir, tiny_checkpoints):
+    """Ray starts workers 15 niceness steps below the driver unless told (issue 43: beside other load they starved).
+    ``cone index --ray`` run under ``nice -n 4`` encodes on actors at that niceness, not 15 steps lower."""
+    expected = os.nice(0) + 4
+    if expected + 15 > 19:
+        pytest.skip(f"at niceness {expected} Ray's default would also reach 19, the most there is")
+    (tmp_path / "spy.py").write_text(NICENESS_SPY)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}  # conftest's, for the test's cluster
+    argv = index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "out", "--ray", "--ray-actors", "1")
+    log = tmp_path / "niceness"
+    command = ["nice", "-n", "4", sys.executable, str(tmp_path / "spy.py"), str(log), *argv]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert set(log.read_text().split()) == {str(expected)}
 
 
 @pytest.mark.slow
@@ -158,8 +185,8 @@ def test_a_killed_actor_is_replaced_and_the_build_completes(local_cluster, tiny_
     before = set(_actor_pids())
     batches, killed, later = cluster._batches, [], []
 
-    def kill_one_after_the_first(dataset):
-        for number, batch in enumerate(batches(dataset)):
+    def kill_one_after_the_first(dataset, *wait):
+        for number, batch in enumerate(batches(dataset, *wait)):
             if number == 0:
                 victim = sorted(set(_actor_pids()) - before)[0]
                 os.kill(victim, signal.SIGKILL)
@@ -199,8 +226,8 @@ def test_a_short_result_is_an_error_and_no_index(local_cluster, shared_tiny_beir
     check counting what came back whoever encoded it: each actor loads torch and the model (issue 43)."""
     batches = cluster._batches
 
-    def losing_one(dataset):
-        for number, batch in enumerate(batches(dataset)):
+    def losing_one(dataset, *wait):
+        for number, batch in enumerate(batches(dataset, *wait)):
             if number != 1:
                 yield batch
 
@@ -239,6 +266,18 @@ def test_eval_with_ray_gives_the_local_rows(local_cluster, shared_tiny_beir, tin
     assert rows["ray"] == pytest.approx(rows["local"], rel=1e-4, abs=1e-6)
     built = manifest_of(tmp_path / "ray" / "indexes" / "baseline-layeremb")
     assert built["encoded_on"].startswith("ray (local cluster, 1 actors")
+
+
+def test_a_reading_task_hands_its_lines_on_a_batch_at_a_time(tmp_path):
+    """A range's lines reach the pool in blocks of one actor batch each, so the work is shared out a batch at a
+    time (issue 43: a whole range per task left one actor working alone at the end of the file). No Ray."""
+    corpus = tmp_path / "corpus.jsonl"
+    lines = [json.dumps({"_id": str(i), "text": "w"}) for i in range(11)]
+    corpus.write_text("\n".join(lines[:5]) + "\n\n" + "\n".join(lines[5:]) + "\n")  # a blank line is skipped
+    blocks = list(cluster._read_lines(corpus, 4)({"start": np.array([0]), "end": np.array([corpus.stat().st_size])}))
+    assert [len(block["line"]) for block in blocks] == [4, 4, 3]
+    assert [bytes(line).decode() for block in blocks for line in block["line"]] == lines
+    assert blocks[1]["where"][1] == f"{corpus} at byte {sum(len(line) + 1 for line in lines[:5]) + 1}"
 
 
 def test_a_small_list_of_texts_is_cut_so_every_actor_gets_a_share():
@@ -296,9 +335,20 @@ def test_more_actors_than_the_cluster_can_place_is_one_error_after_the_wait(
 
 
 @pytest.mark.slow
-def test_an_actor_that_cannot_load_its_encoder_is_one_line(local_cluster, tmp_path):
+def test_an_actor_that_cannot_load_its_encoder_is_one_line(local_cluster, tmp_path, monkeypatch):
+    """In memory, and streamed from a file cut by bytes, where reading starts before the actors are up (no wait
+    for the pool): a pool that cannot load its encoder fails the build, it does not hang."""
     recipe = cluster.EncoderRecipe("baseline", tmp_path / "no-checkpoints")  # as on a node without the model
-    with pytest.raises(ClusterError) as failed:
-        cluster.encode_texts(recipe, ["a few words"] * 4, ["last"], cluster.RayOptions(None, 1, 8))  # one to fail
-    message = str(failed.value)
-    assert message.startswith("encoding failed on the cluster: model 'baseline' unavailable") and "\n" not in message
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "text": "a few words"}) + "\n" for i in range(100)))
+    monkeypatch.setattr(cluster, "BLOCK_BYTES", 1000)  # the file is larger than a block per actor
+    options = cluster.RayOptions(None, 1, 8)  # one actor to fail
+    for encode in (
+        lambda: cluster.encode_texts(recipe, ["a few words"] * 4, ["last"], options),
+        lambda: list(cluster.encode_corpus_lines(recipe, corpus, "last", options, lambda n: None)),
+    ):
+        with pytest.raises(ClusterError) as failed:
+            encode()
+        message = str(failed.value)
+        assert message.startswith("encoding failed on the cluster: model 'baseline' unavailable"), message
+        assert "\n" not in message
