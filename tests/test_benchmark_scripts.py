@@ -18,7 +18,8 @@ SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
-def test_benchmark_script_imports(script):
+def test_benchmark_script_imports(script, monkeypatch):
+    monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/NAME.py` puts its own folder first
     namespace = runpy.run_path(str(script), run_name="benchmark_import_check")  # defines, does not run main()
     assert callable(namespace.get("main"))
 
