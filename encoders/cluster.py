@@ -310,6 +310,8 @@ def encode_corpus_lines(
     with connected(options):
         here = ray.get_runtime_context().get_node_id()
         plan = plan_ranges(corpus_file, options.actors, BLOCK_BYTES)
+        if plan.lines_each is None:  # read while the actors load: no wait of Ray Data's to fail on an unplaceable pool
+            _check_placeable(options.actors)
         # Where the file was cut by lines, a batch is no larger than a range's lines, so every actor has work.
         batch_size = min(options.batch_size, plan.lines_each or options.batch_size)
         ranges = [{"start": a, "end": b} for a, b in plan.ranges]
@@ -326,6 +328,26 @@ def encode_corpus_lines(
             lines = [bytes(line) for line in batch["line"]]
             on_batch(len(lines))
             yield lines, [str(w) for w in batch["where"]], batch["layer0"]
+
+
+def _check_placeable(actors: int) -> None:
+    """Refuse, after ACTORS_START_S, a cluster that cannot place ``actors`` actors of one CPU each. A build that
+    hands work out before its pool is up (a streamed file cut by bytes) sets Ray Data no wait to time out, and
+    would otherwise wait for actors that never come; the group is only a probe, removed at once."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": 1}] * actors)  # PACK, a preference: the actors may spread over nodes
+    try:
+        ray.get(group.ready(), timeout=ACTORS_START_S)
+    except GetTimeoutError:
+        raise ClusterError(
+            f"the cluster could not place {actors} encoder actors of one CPU each within {ACTORS_START_S} s: more "
+            "--ray-actors than it has free CPUs"
+        ) from None
+    finally:
+        remove_placement_group(group)
 
 
 def _check_complete(got: int, expected: int) -> None:

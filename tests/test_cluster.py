@@ -147,7 +147,15 @@ def test_streamed_ray_build_equals_the_streamed_local_build(
     assert main(index_argv(shared_tiny_beir, tiny_checkpoints, tmp_path / "ray", *on_ray)) == 0
     local, ray_built = tmp_path / "local" / folder, tmp_path / "ray" / folder
     same_but_how_built(manifest_of(local), manifest_of(ray_built))
-    assert answers(local, tiny_checkpoints) == answers(ray_built, tiny_checkpoints)
+    a, b = (open_index(where, Encoders(tiny_checkpoints)) for where in (local, ray_built))
+    np.testing.assert_allclose(b.doc_vectors(), a.doc_vectors(), atol=1e-5)  # the same rows, in the same order
+    mine, theirs = answers(local, tiny_checkpoints), answers(ray_built, tiny_checkpoints)
+    if factory.startswith("lance:IVF_HNSW"):
+        # The tiny LM scores these documents within 1e-4 of each other, and which of the tied documents at the cut
+        # Lance's HNSW reaches first varies from build to build of the same vectors (5 local builds: 2 differed
+        # from the first; seen here: d26 or d2 tenth, both 0.9999). The rows above are the same; so are the scores.
+        mine, theirs = ([[score for _, score in hits] for hits in found] for found in (mine, theirs))
+    assert mine == theirs
     assert (local / store.DOCS).read_bytes() == (ray_built / store.DOCS).read_bytes()
 
 
@@ -332,6 +340,25 @@ def test_more_actors_than_the_cluster_can_place_is_one_error_after_the_wait(
         cluster.encode_texts(recipe, texts, ["last"], cluster.RayOptions(None, 3, 8))
     monkeypatch.setattr(cluster, "ACTORS_START_S", 60)  # the failed pool's actors released: the next pool runs
     assert cluster.encode_texts(recipe, texts, ["last"], cluster.RayOptions(None, 2, 8))["last"].shape[0] == 40
+
+
+@pytest.mark.slow
+def test_a_streamed_build_on_a_cluster_that_cannot_place_its_actors_is_one_error_not_a_wait(
+    local_cluster, tiny_checkpoints, tmp_path, monkeypatch
+):
+    """A file cut by bytes is read before the pool is up, with no wait of Ray Data's: an unplaceable pool (3 actors
+    of one CPU on a 2-CPU cluster) once waited for ever; now refused after ACTORS_START_S."""
+    monkeypatch.setattr(cluster, "ACTORS_START_S", 3)
+    monkeypatch.setattr(cluster, "BLOCK_BYTES", 1000)  # the file is larger than a block per actor
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": str(i), "text": "a few words"}) + "\n" for i in range(300)))
+    recipe, options = cluster.EncoderRecipe("baseline", tiny_checkpoints), cluster.RayOptions(None, 3, 8)
+    with pytest.raises(ClusterError, match="could not place 3 encoder actors of one CPU each within 3 s"):
+        list(cluster.encode_corpus_lines(recipe, corpus, "last", options, lambda n: None))
+    monkeypatch.setattr(cluster, "ACTORS_START_S", 60)  # the probe removed: a pool the cluster can place runs
+    options = cluster.RayOptions(None, 2, 8)
+    found = cluster.encode_corpus_lines(recipe, corpus, "last", options, lambda n: None)
+    assert sum(len(lines) for lines, _, _ in found) == 300
 
 
 @pytest.mark.slow
