@@ -310,7 +310,8 @@ def encode_corpus_lines(
     with connected(options):
         here = ray.get_runtime_context().get_node_id()
         plan = plan_ranges(corpus_file, options.actors, BLOCK_BYTES)
-        if plan.lines_each is None:  # read while the actors load: no wait of Ray Data's to fail on an unplaceable pool
+        wait = plan.lines_each is not None  # a share per actor: handed out once all are up
+        if not wait:  # read while the actors load: no wait of Ray Data's to fail on an unplaceable pool
             _check_placeable(options.actors)
         # Where the file was cut by lines, a batch is no larger than a range's lines, so every actor has work.
         batch_size = min(options.batch_size, plan.lines_each or options.batch_size)
@@ -324,7 +325,7 @@ def encode_corpus_lines(
             concurrency=1,
             label_selector={"ray.io/node-id": here},
         )
-        for batch in _batches(_encoded(read, recipe, [layer], options, batch_size), plan.lines_each is not None):
+        for batch in _batches(_encoded(read, recipe, [layer], options, batch_size), wait):
             lines = [bytes(line) for line in batch["line"]]
             on_batch(len(lines))
             yield lines, [str(w) for w in batch["where"]], batch["layer0"]

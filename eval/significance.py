@@ -74,7 +74,7 @@ class Comparison:
 
 def _plain_spec(spec: IndexSpec) -> IndexSpec:
     """The plain row of a row's model, runtime and layer: no post-processing, the exact Flat index."""
-    return replace(spec, postprocess="none", index_type=EXACT, search_params="")
+    return replace(spec, postprocess="none").with_type(EXACT)
 
 
 def _plain(rows: list[EvalResult]) -> dict[IndexSpec, EvalResult]:
