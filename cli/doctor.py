@@ -31,6 +31,7 @@ from cone.eval.figures import doctor_figure
 from cone.geometry import as_matrix
 from cone.indexing import postprocess as pp
 from cone.indexing.dense import corpus_vectors
+from cone.indexing.factory import open_user_index
 from cone.output import dump_json, native_stderr_collected, table
 
 REPORT = "doctor.json"
@@ -337,7 +338,7 @@ def run_index_doctor(args: argparse.Namespace) -> int:
         if args.fix.exists():
             raise InputError(f"--fix {args.fix}: already exists; name a new file or folder")
         check_writable(args.fix.parent)
-    found = index_doctor.open_index(args.index, args.table)
+    found = open_user_index(args.index, args.table)
     given = None if args.vectors is None else doctor.check_vectors(load_matrix(args.vectors), str(args.vectors))
     vectors = index_doctor.index_vectors(found, given)
     if isinstance(args.queries, Path):

@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from cone.errors import InputError
+from cone.indexing.user_index import RepairRecipe, UserIndex
 
 DOT, L2, COSINE, HAMMING = "dot", "l2", "cosine", "hamming"
 METRICS = (DOT, L2, COSINE)  # what --metric takes; HAMMING is implied by a 1-bit code, never chosen
@@ -158,4 +159,18 @@ class Store(Protocol):
 
     def read(self, folder: Path, kind: IndexType, dim: int, search_params: str, on_disk: bool, params: dict) -> Codes:
         """What a build wrote; DamagedIndex for a missing, truncated or corrupt file."""
+        ...
+
+    # An index its user built with the store's own API (cone doctor --index; cone.indexing.user_index).
+
+    def claims(self, path: Path) -> bool:
+        """Whether ``path`` has the shape of this store's index (a folder, a suffix), before anything is read."""
+        ...
+
+    def open_user(self, path: Path, table: str | None) -> UserIndex:
+        """The user's index as the store reads it (``table``: one of a folder of tables); InputError otherwise."""
+        ...
+
+    def repairs(self, index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
+        """What the store offers to repair ``index`` (built over ``vectors``), in the store's own terms."""
         ...

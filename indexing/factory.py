@@ -34,10 +34,11 @@ from cone.indexing.faiss_store import (  # noqa: F401 -- the FAISS store's names
 )
 from cone.indexing.lance import LanceStore
 from cone.indexing.usearch_store import UsearchStore
+from cone.indexing.user_index import UserIndex
 
 # The registry: --store's names, each with its store. The first is the default, whose types carry no prefix.
 STORES: dict[str, Store] = {store.name: store for store in (FaissStore(), LanceStore(), UsearchStore())}
-DEFAULT_STORE = "faiss"
+DEFAULT_STORE = FaissStore.name
 
 __all__ = ["Codes", "IndexType", "STORES", "parse_search_params"]  # the parsers: cone.indexing.spec
 
@@ -85,3 +86,12 @@ def read_codes(
     """What ``Codes.write`` (or a streamed writer) wrote, by the store of ``kind``; ``on_disk``: a streamed FAISS
     build's lists stay on disk; ``params``: the manifest's index_params. Raises DamagedIndex for unreadable files."""
     return STORES[kind.store].read(folder, kind, dim, search_params, on_disk, params or {})
+
+
+def open_user_index(path: Path, table: str | None = None) -> UserIndex:
+    """A user's own index (a FAISS file, a Lance folder, a ``.usearch`` file), opened by the store whose shape
+    ``path`` has; the default store (FAISS, which reads a file by its content) takes any other file."""
+    if not path.exists():
+        raise InputError(f"--index {path}: no such file or folder")
+    others = (store for name, store in STORES.items() if name != DEFAULT_STORE and store.claims(path))
+    return next(others, STORES[DEFAULT_STORE]).open_user(path, table)

@@ -32,8 +32,10 @@ from faiss.contrib.ondisk import merge_ondisk
 from cone.errors import DamagedIndex, InputError
 from cone.indexing.codes import DOT, HAMMING, L2, IndexType, parse_search_params, similarity
 from cone.indexing.guard import DISK_ERRORS
+from cone.indexing.user_index import RepairRecipe, UserIndex, no_table
 from cone.output import native_stdout_silenced
 
+NAME = "faiss"  # --store's name
 INDEX_FILE = "index.faiss"
 BINARY_FILE = "index.faissbin"  # a FAISS binary index of the codes
 RESCORE_FILE = "rescore.npy"  # BIN+rescore's float32 unit vectors, in row order
@@ -61,7 +63,7 @@ def parse(factory: str, metric: str | None = None) -> IndexType:
         depth = binary.group("depth")
         if depth is not None and int(depth) < 1:
             raise _refuse(factory, "the rescoring depth R must be at least 1")
-        return IndexType(factory, "faiss", HAMMING, True, int(depth) if depth else None)
+        return IndexType(factory, NAME, HAMMING, True, int(depth) if depth else None)
     if "BIN" in factory:
         raise _refuse(factory, "1-bit codes are BIN or BIN+rescore:R, alone")
     for part in factory.split(","):
@@ -82,7 +84,7 @@ def parse(factory: str, metric: str | None = None) -> IndexType:
     unparsed = _faiss_cannot_parse(factory)
     if unparsed is not None:
         raise _refuse(factory, unparsed)
-    return IndexType(factory, "faiss", metric, metric == DOT)
+    return IndexType(factory, NAME, metric, metric == DOT)
 
 
 @cache
@@ -388,16 +390,188 @@ class OnDiskWriter:
         return {}  # the factory string, the metric and the search parameters say it all
 
 
+# A user's own index file (cone doctor --index: cone.indexing.user_index), and its repair.
+
+USER_METRIC = {faiss.METRIC_INNER_PRODUCT: "inner product", faiss.METRIC_L2: "l2"}  # as FAISS's users name them
+# Trained transforms a repair retrains on the centered vectors (a transform the user set by hand is kept).
+_RETRAINED_TRANSFORMS = ("PCAMatrix", "OPQMatrix", "ITQTransform", "CenteringTransform", "RandomRotationMatrix")
+
+
+def _read_user(path: Path) -> tuple[object, bool]:
+    errors = []
+    for read, binary in ((faiss.read_index, False), (faiss.read_index_binary, True)):
+        try:
+            with native_stdout_silenced():
+                return read(str(path)), binary
+        except RuntimeError as exc:
+            errors.append(str(exc).splitlines()[-1])
+    raise InputError(f"--index {path}: not a FAISS index file, a Lance folder or a .usearch file ({errors[0][:120]})")
+
+
+def _innermost(index: faiss.Index) -> faiss.Index:
+    """The index that keeps the codes, past every transform chain and id map in front of it."""
+    index = faiss.downcast_index(index)
+    while isinstance(index, faiss.IndexPreTransform | faiss.IndexIDMap | faiss.IndexIDMap2):
+        index = faiss.downcast_index(index.index)
+    return index
+
+
+def _class_name(index: faiss.Index) -> str:
+    """``IndexPreTransform(CenteringTransform, NormalizationTransform) > IndexIVFPQ``."""
+    if isinstance(index, faiss.IndexBinary):
+        return type(index).__name__
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexPreTransform):
+        chain = [type(faiss.downcast_VectorTransform(index.chain.at(i))).__name__ for i in range(index.chain.size())]
+        return f"IndexPreTransform({', '.join(chain)}) > {_class_name(index.index)}"
+    return type(index).__name__
+
+
+def _user_params(index: faiss.Index) -> dict[str, object]:
+    inner = _innermost(index)
+    params: dict[str, object] = {}
+    for name in ("nlist", "nprobe", "code_size"):
+        if hasattr(inner, name):
+            params[name] = int(getattr(inner, name))
+    pq = getattr(inner, "pq", None)
+    if pq is not None:
+        params |= {"pq_M": int(pq.M), "pq_nbits": int(pq.nbits)}
+        if hasattr(inner, "by_residual"):
+            params["by_residual"] = bool(inner.by_residual)
+    if hasattr(inner, "hnsw"):
+        params |= {"hnsw_M": int(inner.hnsw.nb_neighbors(1)), "efSearch": int(inner.hnsw.efSearch)}
+    sq = getattr(inner, "sq", None)
+    if sq is not None:
+        params["sq_bits"] = int(sq.bits)
+    return params
+
+
+def _user_binary(path: Path, index: faiss.IndexBinary) -> UserIndex:
+    def search(queries: np.ndarray, k: int) -> np.ndarray:
+        return index.search(sign_codes(queries), k)[1]
+
+    params = {"bits": index.d, "codes": "sign bits of each coordinate (1 where > 0), as sentence-transformers' ubinary"}
+    name, d = _class_name(index), index.d
+    return UserIndex(NAME, str(path), name, HAMMING, params, d / 8, index.ntotal, d, search, None, index)
+
+
+def open_user(path: Path, table: str | None) -> UserIndex:
+    """A FAISS index file as ``faiss.read_index`` (or ``read_index_binary``) reads it; its ids must be 0..N-1."""
+    no_table(path, table)
+    index, binary = _read_user(path)
+    if binary:
+        return _user_binary(path, index)
+    id_map = getattr(faiss.downcast_index(index), "id_map", None)
+    if id_map is not None and not np.array_equal(faiss.vector_to_array(id_map), np.arange(index.ntotal)):
+        raise InputError(f"--index {path}: its ids are not 0..N-1, so they cannot name rows of --vectors")
+    flat = isinstance(index, faiss.IndexFlat)  # exact vectors kept as they were added
+    vectors = index.reconstruct_n(0, index.ntotal) if flat else None
+    code = 4.0 * index.d if flat else float(getattr(_innermost(index), "code_size", 4 * index.d))
+
+    def search(queries: np.ndarray, k: int) -> np.ndarray:
+        return index.search(np.ascontiguousarray(queries, dtype=np.float32), k)[1]
+
+    metric = USER_METRIC.get(index.metric_type, f"metric {index.metric_type}")
+    params = _user_params(index)
+    name, d = _class_name(index), index.d
+    return UserIndex(NAME, str(path), name, metric, params, code, index.ntotal, d, search, vectors, index)
+
+
+def _untrain(index: faiss.Index) -> None:
+    """Mark every trained part to be trained again on the centered vectors (a transform the user set by hand,
+    such as a LinearTransform of their own, is kept)."""
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexPreTransform):
+        for i in range(index.chain.size()):
+            transform = faiss.downcast_VectorTransform(index.chain.at(i))
+            if type(transform).__name__ in _RETRAINED_TRANSFORMS:
+                transform.is_trained = False
+        _untrain(index.index)
+    if isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2):
+        _untrain(index.index)
+    if isinstance(index, faiss.IndexIVF):
+        index.quantizer.reset()  # an IVF keeps a filled quantizer as trained centroids
+    storage = getattr(index, "storage", None)
+    if storage is not None:
+        _untrain(storage)
+    if getattr(index, "do_polysemous_training", False):
+        index.do_polysemous_training = False  # renumbers centroids for Hamming filters; no code or result changes
+    if not isinstance(index, faiss.IndexFlat):
+        index.is_trained = False
+
+
+def _has_id_map(index: faiss.Index) -> bool:
+    index = faiss.downcast_index(index)
+    while isinstance(index, faiss.IndexPreTransform):
+        index = faiss.downcast_index(index.index)
+    return isinstance(index, faiss.IndexIDMap | faiss.IndexIDMap2)
+
+
+def _copy(index: faiss.Index) -> faiss.Index:
+    """A deep copy through FAISS's own format (clone_index refuses some transforms, CenteringTransform among them)."""
+    return faiss.deserialize_index(faiss.serialize_index(index))
+
+
+def _centering_writer(inner: faiss.Index, vectors: np.ndarray) -> Callable[[Path], None]:
+    """Writes ``inner`` (untrained, empty) behind centering and L2 normalization, trained and filled."""
+    d = vectors.shape[1]
+
+    def write(path: Path) -> None:
+        fixed = _copy(inner)  # a chain of the user's own gets the repair in front, as one chain
+        if not isinstance(fixed, faiss.IndexPreTransform):
+            fixed.this.disown()  # the chain owns its index and transforms (a clone's own_fields), as read_index's do
+            fixed = faiss.IndexPreTransform(fixed)
+            fixed.own_fields = True
+        for transform in (faiss.NormalizationTransform(d, 2.0), faiss.CenteringTransform(d)):
+            transform.this.disown()
+            fixed.prepend_transform(transform)
+        rows = np.ascontiguousarray(vectors, dtype=np.float32)
+        with native_stdout_silenced():
+            fixed.train(rows)
+        if _has_id_map(fixed):  # ids as today's, row i = id i: an id map takes them only with add_with_ids
+            fixed.add_with_ids(rows, np.arange(len(rows), dtype=np.int64))
+        else:
+            fixed.add(rows)
+        faiss.write_index(fixed, str(path))
+
+    return write
+
+
+def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
+    """The user's index structure, emptied and untrained, behind centering and L2 normalization (a binary index
+    becomes IndexLSH behind the same centering: the same d/8 bytes, float queries)."""
+    d = index.dim
+    if index.metric == HAMMING:
+        inner, then = faiss.IndexLSH(d, d, False, False), "IndexLSH(d, d bits: the sign of each centered coordinate)"
+        change = "queries go in as float vectors (the index takes their sign bits itself), not packed bits"
+    else:
+        inner = _copy(index.handle)
+        inner.reset()
+        _untrain(inner)
+        then, change = f"your {index.kind}, retrained", "none: faiss.read_index loads it; queries go in raw"
+    how = (
+        f"a new index file: IndexPreTransform(CenteringTransform({d}), NormalizationTransform({d})) in front of "
+        f"{then}; --fix OUT.faiss writes it"
+    )
+    write = _centering_writer(inner, vectors)
+    return [RepairRecipe("center (IndexPreTransform)", how, change, write, lambda p: open_user(p, None), None, True)]
+
+
 class FaissStore:
     """FAISS (cone.indexing.codes.Store): factory strings and 1-bit codes, by the inner product or L2."""
 
-    name = "faiss"
+    name = NAME
     prefix = ""
     metrics = (DOT, L2)
     default_metric = DOT
     exact = DEFAULT_FACTORY  # the store's exhaustive search of float32 rows
     legacy_metric = None  # the default: every FAISS index before the metric was recorded used the inner product
     doctor_types = ()  # the doctor sizes FAISS's types by N and d (cone.eval.doctor.default_types)
+    open_user = staticmethod(open_user)
+    repairs = staticmethod(user_repairs)
+
+    def claims(self, path: Path) -> bool:
+        return True  # the default store: a file of no other store's shape is read as FAISS reads any file
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         return parse(factory, metric)

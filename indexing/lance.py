@@ -20,9 +20,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -30,7 +32,9 @@ import numpy as np
 
 from cone.errors import DamagedIndex, InputError
 from cone.indexing.codes import COSINE, DOT, L2, IndexType, parse_search_params, similarity
+from cone.indexing.user_index import RepairRecipe, UserIndex, centered, searching_centered
 
+NAME = "lancedb"  # --store's name
 PREFIX = "lance:"
 TYPES = ("FLAT", "IVF_PQ", "IVF_HNSW_SQ", "IVF_RQ")
 TABLE = "vectors"  # the Lance dataset is TABLE + ".lance" in the index folder
@@ -336,16 +340,146 @@ class LanceWriter:
         return params
 
 
+# A user's own Lance table (cone doctor --index: cone.indexing.user_index), and its repairs.
+
+_VECTOR_FIELD = re.compile(r"fixed_size_list<item: (float|double|halffloat)")
+
+
+def _user_table(path: Path, table: str | None) -> tuple[object, str]:
+    """The table of a Lance dataset folder (``NAME.lance``) or of a LanceDB folder (``table``, or its only one)."""
+    lancedb = lancedb_module()
+    if path.name.endswith(".lance"):
+        if table is not None:
+            raise InputError(f"--index {path} is one Lance dataset; --table goes with a LanceDB folder")
+        folder, table = path.parent, path.name[: -len(".lance")]
+    else:
+        folder = path
+    db = lancedb.connect(folder)
+    names = list(db.list_tables().tables)
+    if table is None:
+        if len(names) != 1:
+            raise InputError(
+                f"--index {path}: a folder of {len(names)} Lance tables ({', '.join(names)}): name one with --table"
+                if names
+                else f"--index {path}: not a Lance dataset or LanceDB folder"
+            )
+        table = names[0]
+    if table not in names:
+        raise InputError(f"--index {path}: no table {table!r} (it has {', '.join(names) or 'none'})")
+    return db.open_table(table), table
+
+
+def _user_code_bytes(kind: str, compression: dict, dim: int) -> float:
+    if compression.get("type") == "pq":
+        return int(compression["num_sub_vectors"]) * int(compression.get("num_bits", 8)) / 8
+    if "SQ" in kind:
+        return float(dim)
+    if "RQ" in kind:
+        return dim / 8
+    return 4.0 * dim
+
+
+def _user_search(tbl: object, column: str, metric: str, row_of: dict[int, int]) -> Callable:
+    def search(queries: np.ndarray, k: int) -> np.ndarray:
+        query = tbl.search(list(np.asarray(queries, dtype=np.float32)), vector_column_name=column)
+        found = query.distance_type(metric).limit(k).with_row_id(True).to_arrow()
+        which = found["query_index"].to_numpy() if "query_index" in found.column_names else np.zeros(found.num_rows)
+        distances, ids = found["_distance"].to_numpy(), found["_rowid"].to_numpy()
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        for q in range(len(queries)):
+            mine = np.flatnonzero(which == q)
+            mine = mine[np.argsort(distances[mine], kind="stable")][:k]
+            rows[q, : len(mine)] = [row_of[int(r)] for r in ids[mine]]
+        return rows
+
+    return search
+
+
+def open_user(path: Path, table: str | None) -> UserIndex:
+    """A Lance table as LanceDB opens it: its vectors (in row order), its first index (type, metric, codes)."""
+    tbl, table = _user_table(path, table)
+    indices = tbl.list_indices()
+    vector_fields = [f.name for f in tbl.schema if _VECTOR_FIELD.match(str(f.type))]
+    column = indices[0].columns[0] if indices else (vector_fields[0] if vector_fields else None)
+    if column is None:
+        raise InputError(f"--index {path}: table {table!r} has no vector column")
+    n = tbl.count_rows()
+    scan = tbl.search().select([column]).with_row_id(True).limit(n).to_arrow()
+    vectors = np.asarray(scan[column].combine_chunks().flatten(), dtype=np.float32).reshape(n, -1)
+    row_of = {int(r): i for i, r in enumerate(scan["_rowid"].to_numpy())}
+    if indices:
+        config = indices[0]
+        stats = tbl.index_stats(config.name)
+        metric = str(stats.distance_type).lower()
+        details = dict(getattr(config, "index_details", None) or {})
+        compression = dict(details.get("compression") or {})
+        kind = str(stats.index_type)
+        params: dict[str, object] = {"index": config.name, "column": column, **compression}
+    else:
+        metric, kind, compression = L2, "no index (exhaustive scan)", {}
+        params = {"column": column}
+    code = _user_code_bytes(kind, compression, vectors.shape[1])
+    search = _user_search(tbl, column, metric, row_of)
+    where = f"{path} (table {table})"
+    return UserIndex(NAME, where, kind, metric, params, code, n, vectors.shape[1], search, vectors, tbl)
+
+
+def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
+    """The same index type under a metric whose PQ encodes residuals (where the index uses ``dot``), and the same
+    type over centered vectors; each with its ``create_index`` call. An exhaustive scan has nothing to repair."""
+    if index.params.get("index") is None:
+        return []
+    config = "".join(part.capitalize() for part in index.kind.split("_"))  # IVF_PQ -> lancedb.index.IvfPq
+    options = {}
+    if index.params.get("type") == "pq":
+        options = {"num_sub_vectors": int(index.params["num_sub_vectors"]), "num_bits": int(index.params["num_bits"])}
+    column = str(index.params["column"])
+    mean = vectors.mean(axis=0)
+
+    def call(metric: str) -> str:
+        settings = ", ".join([f'distance_type="{metric}"'] + [f"{k}={v}" for k, v in options.items()])
+        return f'tbl.create_index("{column}", config={config}({settings}), replace=True)'
+
+    def recipe(name: str, metric: str, rows: np.ndarray, how: str, change: str, center: bool) -> RepairRecipe:
+        def write(path: Path) -> None:
+            lancedb, pa = lancedb_module(), pyarrow_module()
+            table = pa.table({column: pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), rows.shape[1])})
+            made = lancedb.connect(path.parent).create_table(path.name[: -len(".lance")], table)
+            made.create_index(column, config=getattr(lancedb.index, config)(distance_type=metric, **options))
+
+        def opened(path: Path) -> UserIndex:
+            made = open_user(path, None)
+            return searching_centered(made, mean) if center else made
+
+        return RepairRecipe(name, how, change, write, opened, ".lance", center, metric)
+
+    made = []
+    if index.metric == DOT:  # Lance's PQ encodes residuals from the IVF centres only under l2 and cosine
+        for metric in (COSINE, L2):
+            how = f'{call(metric)}; search with .distance_type("{metric}")'
+            change = f'queries use .distance_type("{metric}") (the same ranking as dot where rows are unit length)'
+            made.append(recipe(f"metric {metric}", metric, vectors, how, change, False))
+    how = f"a table of (x - mean)/|x - mean| (the mean: {index.dim} floats beside it), then {call(index.metric)}"
+    change = "each query centered and normalized with the same mean before .search"
+    made.append(recipe("center", index.metric, centered(vectors, mean), how, change, True))
+    return made
+
+
 class LanceStore:
     """LanceDB (cone.indexing.codes.Store): ``lance:TYPE``, under ``dot``, ``l2`` (its default) or ``cosine``."""
 
-    name = "lancedb"
+    name = NAME
     prefix = PREFIX
     metrics = (DOT, L2, COSINE)
     default_metric = L2  # LanceDB's own
     exact = PREFIX + "FLAT"  # the store's exhaustive search of float32 rows
     legacy_metric = DOT  # every Lance index cone built before the metric was a choice
     doctor_types = tuple(PREFIX + name for name in ("IVF_PQ", "IVF_HNSW_SQ", "IVF_RQ"))
+    open_user = staticmethod(open_user)
+    repairs = staticmethod(user_repairs)
+
+    def claims(self, path: Path) -> bool:
+        return path.is_dir()  # a Lance dataset (NAME.lance) or a LanceDB folder of tables
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         metric = metric or self.default_metric

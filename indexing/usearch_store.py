@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -29,7 +30,9 @@ import numpy as np
 
 from cone.errors import DamagedIndex, InputError
 from cone.indexing.codes import COSINE, DOT, HAMMING, L2, IndexType, parse_search_params, similarity
+from cone.indexing.user_index import RepairRecipe, UserIndex, centered, no_table, searching_centered
 
+NAME = "usearch"  # --store's name
 PREFIX = "usearch:"
 EXACT = "exact:"  # usearch:exact:CODEC, a brute-force search over the codes
 CODECS = ("f32", "f16", "bf16", "i8", "e4m3", "e5m2", "b1")
@@ -159,16 +162,104 @@ class UsearchWriter:
         return self.codes.params
 
 
+# A user's own USearch file (cone doctor --index: cone.indexing.user_index), and its repairs.
+
+WIDER = ("f16", "bf16")  # the codecs a USearch user would try before giving up on compression
+USER_BITS = BITS | {"f64": 64}  # a user's file may keep f64, which cone never builds
+
+
+def _user_search(index: object) -> Callable:
+    def search(queries: np.ndarray, k: int) -> np.ndarray:
+        found = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        rows = np.asarray(found.keys, dtype=np.int64).reshape(len(queries), -1)
+        counts = np.asarray(found.counts).reshape(-1)
+        rows[np.arange(rows.shape[1])[None, :] >= counts[:, None]] = -1
+        return rows
+
+    return search
+
+
+def open_user(path: Path, table: str | None) -> UserIndex:
+    """A ``.usearch`` file as ``Index.restore`` reads it; its keys must be 0..N-1."""
+    no_table(path, table)
+    module = usearch_index()
+    try:
+        index = module.Index.restore(str(path))
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise InputError(f"--index {path}: not a readable USearch file ({str(exc).splitlines()[0][:120]})") from None
+    if index is None:
+        raise InputError(f"--index {path}: not a readable USearch file (no metadata)")
+    codec = str(index.dtype).split(".")[-1].lower()
+    metric = str(index.metric).split(".")[-1].lower()
+    keys = np.asarray(index.keys, dtype=np.int64)
+    if not np.array_equal(np.sort(keys), np.arange(len(keys))):
+        raise InputError(f"--index {path}: keys are not 0..N-1, so they cannot name rows of --vectors")
+    params = {
+        "connectivity": int(index.connectivity),
+        "expansion_add": int(index.expansion_add),
+        "expansion_search": int(index.expansion_search),
+        "codec": codec,
+    }
+    vectors = np.asarray(index.get(np.arange(len(keys)), dtype=np.float32)) if codec in ("f32", "f64") else None
+    code = USER_BITS.get(codec, float("nan")) / 8 * index.ndim
+    kind = f"USearch HNSW, {codec} codec"
+    return UserIndex(
+        NAME, str(path), kind, metric, params, code, len(keys), int(index.ndim), _user_search(index), vectors, index
+    )
+
+
+def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
+    """A wider codec, or the same codec over centered vectors (USearch keeps no transform: the user subtracts the
+    mean from each vector and query)."""
+    codec, params = index.params["codec"], index.params
+    mean = vectors.mean(axis=0)
+
+    def recipe(name: str, dtype: str, center: bool, change: str) -> RepairRecipe:
+        rows = centered(vectors, mean) if center else vectors
+
+        def write(path: Path) -> None:
+            made = usearch_index().Index(
+                ndim=index.dim,
+                metric=index.metric,
+                dtype=dtype,
+                connectivity=params["connectivity"],
+                expansion_add=params["expansion_add"],
+                expansion_search=params["expansion_search"],
+            )
+            made.add(np.arange(len(rows)), rows)
+            made.save(str(path))
+
+        def opened(path: Path) -> UserIndex:
+            made = open_user(path, None)
+            return searching_centered(made, mean) if center else made
+
+        how = (
+            f'Index(ndim={index.dim}, metric="{index.metric}", dtype="{dtype}", connectivity='
+            f"{params['connectivity']})" + (" over (x - mean)/|x - mean|" if center else "")
+        )
+        return RepairRecipe(name, how, change, write, opened, ".usearch", center)
+
+    made = [recipe(f"codec {c}", c, False, "none: the same calls") for c in WIDER if c != codec]
+    change = "each query centered and normalized with the same mean (USearch keeps no transform)"
+    made.append(recipe(f"center ({codec})", codec, True, change))
+    return made
+
+
 class UsearchStore:
     """USearch (cone.indexing.codes.Store): ``usearch:CODEC`` (HNSW) and ``usearch:exact:CODEC``."""
 
-    name = "usearch"
+    name = NAME
     prefix = PREFIX
     metrics = (DOT, L2, COSINE)
     default_metric = COSINE  # USearch's own (MetricKind.Cos)
     exact = PREFIX + EXACT + "f32"  # the store's exhaustive search of float32 rows
     legacy_metric = None  # every USearch index records its metric
     doctor_types = ()  # its codecs are the eval's (cone eval --store usearch), not the doctor's
+    open_user = staticmethod(open_user)
+    repairs = staticmethod(user_repairs)
+
+    def claims(self, path: Path) -> bool:
+        return path.suffix == ".usearch"
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         exact, codec = _parts(factory)

@@ -1,5 +1,6 @@
 """A store added through the protocol alone (cone.indexing.codes.Store): one class here and one registry entry,
-then built by ``cone index`` (in memory and streamed), served and evaluated with no other change."""
+then built by ``cone index`` (in memory and streamed), served and evaluated, and a user's own file of it checked by
+``cone doctor --index`` and repaired, with no other change."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cone.errors import DamagedIndex
 from cone.indexing.codes import DOT, IndexType
 from cone.indexing.factory import STORES
 from cone.indexing.open import open_index
+from cone.indexing.user_index import RepairRecipe, UserIndex, centered, searching_centered
 from cone.service.app import create_app
 
 FILE = "toy.npy"
@@ -89,6 +91,33 @@ class ToyStore:
         except (OSError, ValueError) as exc:
             raise DamagedIndex(f"{folder}: {exc}") from None
 
+    def claims(self, path: Path) -> bool:
+        return path.suffix == ".toy"
+
+    def open_user(self, path: Path, table: str | None) -> UserIndex:
+        """A user's .toy file: float32 rows kept as sign bits only, searched by the inner product of the bits."""
+        rows = np.load(path)
+        bits = np.where(rows > 0, 1.0, -1.0).astype(np.float32)
+
+        def search(queries: np.ndarray, k: int) -> np.ndarray:
+            return ToyCodes(bits).search(np.where(queries > 0, 1.0, -1.0).astype(np.float32), k)[1]
+
+        return UserIndex(
+            "toy", str(path), "toy sign bits", DOT, {}, rows.shape[1] / 8, len(rows), rows.shape[1], search, rows
+        )
+
+    def repairs(self, index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
+        mean = vectors.mean(axis=0)
+
+        def write(path: Path) -> None:
+            with path.open("wb") as handle:
+                np.save(handle, centered(vectors, mean))
+
+        def opened(path: Path) -> UserIndex:
+            return searching_centered(self.open_user(path, None), mean)
+
+        return [RepairRecipe("center", "center every row and query", "queries centered", write, opened, ".toy", True)]
+
 
 @pytest.fixture
 def toy(monkeypatch):
@@ -117,3 +146,19 @@ def test_a_toy_store_is_built_streamed_served_and_evaluated_through_the_registry
     assert main([*argv, "--store", "toy"]) == 0
     rows = {r["factory"]: r for r in json.loads((tmp_path / "eval" / "report.json").read_text())["results"]}
     assert rows["toy:exact@dot"]["metrics"]["recall_at_10_vs_flat"] == pytest.approx(1.0)
+
+
+def test_a_users_own_file_of_a_toy_store_is_checked_and_repaired_by_the_doctor(toy, tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((600, 32)).astype(np.float32) + 3.0  # a cone: every sign bit is the same
+    path = tmp_path / "mine.toy"
+    with path.open("wb") as handle:
+        np.save(handle, vectors)
+    fix = tmp_path / "fixed.toy"
+    assert main(["doctor", "--index", str(path), "--fix", str(fix), "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["index"]["store"] == "toy" and report["recall_at_10"] < 0.5
+    (repair,) = report["repairs"]  # the toy's one repair, measured against the file as it is
+    assert repair["recall_at_10"] > report["recall_at_10"] and repair["p"] < 0.05
+    assert report["prescription"] == repair and fix.is_file()
+    assert report["fixed"]["recall_at_10"] == repair["recall_at_10"]  # read back from --fix as its user will
