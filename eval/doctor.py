@@ -19,16 +19,16 @@ from scipy.stats import false_discovery_control
 from cone.data.loaders import RetrievalDataset, doc_text
 from cone.errors import InputError
 from cone.eval import metrics
+from cone.eval.recall import K, recall_sweep
 from cone.eval.significance import ALPHA, paired_p
 from cone.geometry import as_matrix, measure, pair_cosines, spread, unit_rows
 from cone.geometry.instruments import refuse_unmeasurable_rows
 from cone.geometry.summary import Geometry
 from cone.indexing import postprocess as pp
 from cone.indexing.codes import IndexType
-from cone.indexing.factory import STORES, Codes, FloatCodes, build_codes
-from cone.indexing.spec import parse_index_type
+from cone.indexing.factory import STORES, Codes, build_codes
+from cone.indexing.spec import EXACT, parse_index_type
 
-K = 10
 REPAIRS = ("none", "center", "whiten", "abtt:3", "standardize")
 # At equal bytes and relevance, the repair with the fewest fitted numbers: a mean (d), a mean and scales (2d), a mean
 # and 3 directions (4d), a mean and a d x d matrix.
@@ -201,30 +201,29 @@ def _trials(
     step: Callable[[], None],
     untried: dict[str, str],
 ) -> Iterator[tuple[Trial, np.ndarray]]:
-    """Every type over every repair: its recall@10 against exact search of the same (repaired) vectors, and its
-    exact top 10 when the type is Flat (to compare a repair's own ranking with the raw one). A type this sample
-    cannot train (PQ's 256 centroids on 40 vectors) goes into ``untried`` with FAISS's reason."""
+    """Every type over every repair, on the eval's recall sweep: its recall@10 against exact search of the same
+    (repaired) vectors, with that exact top 10 (to compare a repair's own ranking with the raw one). A type this
+    sample cannot train (PQ's 256 centroids on 40 vectors) goes into ``untried`` with its store's reason."""
+    names = sorted(types, key=lambda name: types[name] != EXACT)  # exact search first: the sweep's reference
     for repair in REPAIRS:
         fitted = pp.fit(docs, repair)
         d, q = unit_rows(pp.apply(docs, fitted)), unit_rows(pp.apply(queries, fitted))
-        exact = top_rows(FloatCodes(flat_index(d)), q)
-        for factory, kind in types.items():
-            try:
-                codes = build_codes(d, kind, params.get(factory, ""))
-            except InputError as exc:
-                untried.setdefault(factory, str(exc))
-                step()
-                continue
-            rows = top_rows(codes, q)
-            trial = Trial(
-                factory,
-                repair,
-                float(codes.bytes_per_vector()),
-                metrics.overlap_at_k(rows, exact, K),
-                None if ndcg is None else float(ndcg(rows).mean()),
-            )
-            yield trial, exact
+
+        def build(name: str, d: np.ndarray = d) -> Codes:
+            return build_codes(d, types[name], params.get(name, ""))
+
+        def search(codes: Codes, q: np.ndarray = q) -> tuple[Codes, np.ndarray]:
+            return codes, top_rows(codes, q)
+
+        exact = None
+        for swept in recall_sweep(names, build, search):
             step()
+            if swept.reason is not None:
+                untried.setdefault(swept.kind, swept.reason)
+                continue
+            exact = swept.rows if swept.reference else exact
+            mean_ndcg = None if ndcg is None else float(ndcg(swept.rows).mean())
+            yield Trial(swept.kind, repair, float(swept.built.bytes_per_vector()), swept.recall_at_10, mean_ndcg), exact
 
 
 def flat_index(vectors: np.ndarray, metric: int = faiss.METRIC_INNER_PRODUCT) -> faiss.Index:

@@ -21,10 +21,11 @@ from cone.encoders.registry import LEXICAL, is_lexical, load_encoder
 from cone.errors import InputError, ModelUnavailable
 from cone.eval import metrics
 from cone.eval.plan import ALL_LAYERS, EvalPlan
+from cone.eval.recall import recall_sweep
 from cone.eval.results import GEOMETRY_KEYS, STS_MEAN, EvalResult, Samples, sts_key, sts_name
 from cone.geometry import pair_cosines, spread
 from cone.indexing.dense import cache_corpus_layers, correct_corpus
-from cone.indexing.index import Index, Queries, VectorIndex
+from cone.indexing.index import SearchResult, VectorIndex
 from cone.indexing.reuse import open_or_build_bm25, open_or_build_dense
 from cone.indexing.spec import IndexSpec
 
@@ -170,18 +171,19 @@ def encode_eval_data(
     return encoded
 
 
-def _ranking(index: Index, queries: Queries, query_ids: list[str], qrels: dict) -> tuple[dict, np.ndarray, np.ndarray]:
-    """Retrieval and hubness of one index over every query; also each test query's nDCG@10 and the top rows."""
-    found = index.search(queries, RETRIEVE_K)
+def _ranking(found: SearchResult, n_docs: int, query_ids: list[str], qrels: dict) -> tuple[dict, np.ndarray]:
+    """Retrieval and hubness of one index's search over every query; also each test query's nDCG@10."""
     run = found.run(query_ids)
-    values = {**metrics.retrieval(qrels, run), **metrics.hubness(found.rows, len(index.docs))}
-    return values, metrics.per_query_ndcg(qrels, run), found.rows
+    values = {**metrics.retrieval(qrels, run), **metrics.hubness(found.rows, n_docs)}
+    return values, metrics.per_query_ndcg(qrels, run)
 
 
-def _exact_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData) -> tuple[dict, Samples, np.ndarray]:
-    """Every metric of the exact (Flat) index; also its top rows, the reference of the approximate factories."""
+def _exact_row(
+    index: VectorIndex, found: SearchResult, data: EvalData, encoded: EncodedEvalData
+) -> tuple[dict, Samples]:
+    """Every metric of the exact (Flat) index, whose top rows the approximate types are measured against."""
     qrels = data.dataset.qrels
-    values, ndcg, rows = _ranking(index, encoded.queries, encoded.query_ids, qrels)
+    values, ndcg = _ranking(found, len(index.docs), encoded.query_ids, qrels)
     query_pos = {q: i for i, q in enumerate(encoded.query_ids)}
     similarity, random, relevant = _similarity(qrels, query_pos, index.embed(encoded.queries), index)
     values |= similarity
@@ -191,23 +193,27 @@ def _exact_row(index: VectorIndex, data: EvalData, encoded: EncodedEvalData) -> 
         values[sts_key(name)] = metrics.sts_spearman(sts[name], data.sts[name].scores)
     if len(sts) > 1:
         values[STS_MEAN] = float(np.mean([values[sts_key(name)] for name in sts]))
-    values |= {k: getattr(index.manifest.geometry, k) for k in GEOMETRY_KEYS}
-    values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines.mean  # what cone:C targets
-    return values, Samples(ndcg, random, relevant, sts or None, rows[:, : metrics.HUB_K], len(index.docs)), rows
+    values |= _geometry(index)
+    top = found.rows[:, : metrics.HUB_K]
+    return values, Samples(ndcg, random, relevant, sts or None, top, len(index.docs))
 
 
 def _approximate_row(
-    index: VectorIndex, data: EvalData, encoded: EncodedEvalData, exact: np.ndarray
+    index: VectorIndex, found: SearchResult, recall: float, data: EvalData, encoded: EncodedEvalData
 ) -> tuple[dict, Samples]:
     """Retrieval and hubness of an approximate or compressed index, and how much of the exact top 10 it keeps."""
-    qrels = data.dataset.qrels
-    values, ndcg, rows = _ranking(index, encoded.queries, encoded.query_ids, qrels)
-    test_rows = [i for i, q in enumerate(encoded.query_ids) if q in qrels]
-    values["recall_at_10_vs_flat"] = metrics.overlap_at_k(rows[test_rows], exact[test_rows])
+    values, ndcg = _ranking(found, len(index.docs), encoded.query_ids, data.dataset.qrels)
+    values["recall_at_10_vs_flat"] = recall
     values["bytes_per_vector"] = index.bytes_per_vector()
-    values |= {k: getattr(index.manifest.geometry, k) for k in GEOMETRY_KEYS}
-    values["doc_pair_cos_mean"] = index.manifest.random_pair_cosines.mean  # the same vectors, before coding
-    return values, Samples(ndcg, top=rows[:, : metrics.HUB_K], n_docs=len(index.docs))
+    values |= _geometry(index)
+    return values, Samples(ndcg, top=found.rows[:, : metrics.HUB_K], n_docs=len(index.docs))
+
+
+def _geometry(index: VectorIndex) -> dict[str, float]:
+    """The instruments on the index's vectors before coding, and their mean random-pair cosine (what cone:C
+    targets), as its build measured them."""
+    values = {k: getattr(index.manifest.geometry, k) for k in GEOMETRY_KEYS}
+    return values | {"doc_pair_cos_mean": index.manifest.random_pair_cosines.mean}
 
 
 def evaluate_dense(
@@ -218,25 +224,31 @@ def evaluate_dense(
     plan: EvalPlan,
     encoded: EncodedEvalData,
 ) -> list[EvalResult]:
-    """Every (post-processing, index type) row of one model layer, from its encoded queries and cached corpus."""
+    """Every (post-processing, index type) row of one model layer, from its encoded queries and cached corpus: the
+    types of one correction on the recall sweep, measured against its exact index over the test queries."""
+    tested = [i for i, q in enumerate(encoded.query_ids) if q in data.dataset.qrels]
+
+    def search(index: VectorIndex) -> tuple[SearchResult, np.ndarray]:
+        found = index.search(encoded.queries, RETRIEVE_K)
+        return found, found.rows
+
     results = []
     for postprocess in postprocesses:
         exact = IndexSpec(model, postprocess=postprocess, layer=encoder.layer, runtime=encoder.runtime)
         corpus = cache(partial(correct_corpus, encoder, data.dataset, exact.postprocess, plan.progress))
-        reference = None  # the exact index's top rows, which every other type's are measured against
-        for spec in plan.specs(exact, encoder.dim):
-            try:
-                index = open_or_build_dense(encoder, data.dataset, spec, corpus, plan.indexes, plan.progress)
-            except InputError as exc:  # cone:0.5 on vectors already at 0.9; lance:IVF_PQ on < 256 vectors, ...
-                results.append(EvalResult(spec, None, reason=str(exc)))
-                if reference is None:
-                    break  # no exact row: the correction itself failed, and no type is measured against it
-                continue
-            if reference is None:
-                values, samples, reference = _exact_row(index, data, encoded)
+        build = partial(
+            open_or_build_dense, encoder, data.dataset, corpus=corpus, indexes=plan.indexes, progress=plan.progress
+        )
+        for swept in recall_sweep(plan.specs(exact, encoder.dim), build, search, tested):
+            # unbuilt: cone:0.5 on vectors already at 0.9, lance:IVF_PQ on < 256 vectors, ...
+            if swept.reason is not None:
+                results.append(EvalResult(swept.kind, None, reason=swept.reason))
+            elif swept.reference:
+                values, samples = _exact_row(swept.built, swept.found, data, encoded)
+                results.append(EvalResult(swept.kind, swept.built.folder.name, metrics=values, samples=samples))
             else:
-                values, samples = _approximate_row(index, data, encoded, reference)
-            results.append(EvalResult(spec, index.folder.name, metrics=values, samples=samples))
+                values, samples = _approximate_row(swept.built, swept.found, swept.recall_at_10, data, encoded)
+                results.append(EvalResult(swept.kind, swept.built.folder.name, metrics=values, samples=samples))
     return results
 
 
@@ -271,7 +283,8 @@ def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     ds = data.dataset
     index = open_or_build_bm25(data.dataset, indexes, progress)
     query_ids = sorted(ds.queries)
-    values, ndcg, _ = _ranking(index, [ds.queries[q] for q in query_ids], query_ids, ds.qrels)
+    found = index.search([ds.queries[q] for q in query_ids], RETRIEVE_K)
+    values, ndcg = _ranking(found, len(index.docs), query_ids, ds.qrels)
     # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
     return EvalResult(IndexSpec(LEXICAL), index.folder.name, metrics=values, samples=Samples(ndcg))
 
