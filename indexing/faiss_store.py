@@ -404,8 +404,8 @@ def _read_user(path: Path) -> tuple[object, bool]:
             with native_stdout_silenced():
                 return read(str(path)), binary
         except RuntimeError as exc:
-            errors.append(str(exc).splitlines()[-1])
-    raise InputError(f"--index {path}: not a FAISS index file, a Lance folder or a .usearch file ({errors[0][:120]})")
+            errors.append(faiss_reason(exc))
+    raise InputError(f"--index {path}: not a FAISS index file, a Lance folder or a .usearch file ({errors[0]})")
 
 
 def _innermost(index: faiss.Index) -> faiss.Index:
