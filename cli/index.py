@@ -23,12 +23,11 @@ from cone.cli.options import (
 )
 from cone.data.loaders import data_dir
 from cone.encoders.auto import AUTO
-from cone.encoders.registry import MODEL_NAMES, check_model_name, is_lexical
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing.codes import METRICS, split_metric
 from cone.indexing.factory import DEFAULT_FACTORY, STORES
-from cone.indexing.spec import IndexSpec, for_store
+from cone.indexing.spec import MODEL_NAMES, IndexSpec, for_store, model_spec
 from cone.indexing.streaming import StreamOptions
 from cone.pipeline.build import BuildSource, build_index
 
@@ -115,13 +114,12 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_index(args: argparse.Namespace) -> int:
     postprocess = pp.parse(args.postprocess)
-    check_model_name(args.model)
+    plain = model_spec(args.model)
     root = data_dir(args.data_dir)
     runtime = runtime_for(args.backend, args.quantize, args.model, root)
     ray = ray_options(args)
-    lexical = is_lexical(args.model)
     dense_only = (postprocess != "none", runtime.tag != "torch", args.stream, ray, args.store, args.metric)
-    if lexical and any(dense_only):
+    if plain.lexical and any(dense_only):
         raise InputError(
             "--postprocess, --backend, --quantize, --stream, --ray, --store and --metric apply to dense models, "
             "not bm25"
@@ -130,7 +128,7 @@ def run_index(args: argparse.Namespace) -> int:
     if args.metric and named and named != args.metric:
         raise InputError(f"--metric {args.metric} contradicts --index-factory {args.index_factory}: name one metric")
     kind = for_store(args.index_factory, args.store, args.metric)
-    spec = IndexSpec(args.model, kind, postprocess, args.layer, runtime, args.search_params)
+    spec = plain if plain.lexical else IndexSpec(args.model, kind, postprocess, args.layer, runtime, args.search_params)
     stream = StreamOptions(args.shard_size, args.sample_size) if args.stream else None
     source = BuildSource(root, args.dataset, args.checkpoints, ray)
     with ray_session(ray):

@@ -17,7 +17,7 @@ import numpy as np
 from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
 from cone.encoders.base import Encoder, Layer, LayeredEncoder, Runtime
 from cone.encoders.cluster import encoder_for
-from cone.encoders.registry import LEXICAL, is_lexical, load_encoder
+from cone.encoders.registry import load_encoder
 from cone.errors import InputError, ModelUnavailable
 from cone.eval import metrics
 from cone.eval.plan import ALL_LAYERS, EvalPlan
@@ -102,7 +102,7 @@ def build_indexes(
 
     ``on_encoded(n)``: told each batch of corpus documents encoded; it may raise to stop the build, and then
     nothing of the model is written (indexes are written after the encoding, each atomically)."""
-    if is_lexical(model):
+    if plan.plain[model].lexical:
         return [open_or_build_bm25(data.dataset, plan.indexes, plan.progress).folder]
     folders = []
     for runtime in plan.model_runtimes(model):
@@ -273,7 +273,7 @@ def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     query_ids = sorted(ds.queries)
     values, ndcg, _ = _ranking(index, [ds.queries[q] for q in query_ids], query_ids, ds.qrels)
     # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
-    return EvalResult(IndexSpec(LEXICAL), index.folder.name, metrics=values, samples=Samples(ndcg))
+    return EvalResult(IndexSpec.bm25(), index.folder.name, metrics=values, samples=Samples(ndcg))
 
 
 def run_eval(data: EvalData, plan: EvalPlan, on_result: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
@@ -293,7 +293,7 @@ def run_eval(data: EvalData, plan: EvalPlan, on_result: Callable[[EvalResult], N
 def _evaluate_model(
     model: str, runtime: Runtime, postprocesses: list[str], data: EvalData, plan: EvalPlan
 ) -> list[EvalResult]:
-    if is_lexical(model):
+    if plan.plain[model].lexical:
         return [evaluate_bm25(data, plan.indexes, plan.progress)]
     try:
         encoder = encoder_for(model, plan.checkpoints, "last", runtime, plan.data_root, plan.ray)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 from cone.encoders.base import TORCH, Layer, Runtime
 from cone.encoders.cluster import RayOptions
-from cone.encoders.registry import check_model_name, is_lexical
 from cone.indexing import postprocess as pp
 from cone.indexing.codes import IndexType
 from cone.indexing.factory import settings_taken
-from cone.indexing.spec import EXACT, IndexSpec
+from cone.indexing.spec import EXACT, IndexSpec, model_spec
 
 ALL_LAYERS = "all"  # ``layers``: emb and every block of each dense model
 
@@ -43,6 +42,7 @@ class EvalPlan:
     data_root: Path | None = None
     ray: RayOptions | None = field(default=None)
     progress: bool = True
+    plain: Mapping[str, IndexSpec] = field(init=False, repr=False, compare=False)  # each model's, parsed once
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "postprocesses", tuple(pp.parse(p) for p in self.postprocesses))  # before any work
@@ -50,14 +50,13 @@ class EvalPlan:
             object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
         if self.layers != ALL_LAYERS:
             object.__setattr__(self, "layers", tuple(dict.fromkeys(self.layers)))
-        for model in self.models:
-            check_model_name(model)
+        object.__setattr__(self, "plain", {model: model_spec(model) for model in self.models})
 
     def model_runtimes(self, model: str) -> tuple[Runtime, ...]:
-        """The runtimes of ``model``'s rows: bm25 encodes nothing (torch, by convention); a model of ``runtime_of``
-        its own; any other ``runtimes``."""
-        if is_lexical(model):
-            return (TORCH,)
+        """The runtimes of ``model``'s rows: the lexical index encodes nothing (its spec's torch, by convention); a
+        model of ``runtime_of`` its own; any other ``runtimes``."""
+        if self.plain[model].lexical:
+            return (self.plain[model].runtime,)
         return (self.runtime_of[model],) if model in self.runtime_of else self.runtimes
 
     def specs(self, exact: IndexSpec, dim: int) -> list[IndexSpec]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cone.data.loaders import RetrievalDataset
 from cone.encoders.base import Encoder
-from cone.encoders.registry import LEXICAL, Encoders
+from cone.encoders.registry import Encoders
 from cone.errors import DamagedIndex
 from cone.indexing import store
 from cone.indexing.dense import CorrectedCorpus, build_dense
@@ -65,9 +65,10 @@ def open_or_build_dense(
 
 def open_or_build_bm25(dataset: RetrievalDataset, indexes: Path, progress: bool = True) -> Index:
     """The BM25 index of ``dataset`` under ``indexes``."""
-    folder = indexes / LEXICAL
+    spec = IndexSpec.bm25()
+    folder = indexes / spec.folder_name()
     return open_or_build(
         folder,
-        lambda: open_index(folder, model=LEXICAL, corpus_fingerprint=dataset.fingerprint()),
+        lambda: open_index(folder, model=spec.model, corpus_fingerprint=dataset.fingerprint()),
         lambda: build_bm25(dataset, folder, progress),
     )
