@@ -93,22 +93,22 @@ def load_eval_data(
 
 
 def build_indexes(
-    model: str, data: EvalData, plan: EvalPlan, on_encoded: Callable[[int], None] | None = None
+    plain: IndexSpec, data: EvalData, plan: EvalPlan, on_encoded: Callable[[int], None] | None = None
 ) -> list[Path]:
-    """The exact (Flat) index of each of ``plan``'s runtimes and post-processings of ``model`` that ``run_eval``
-    reads, built where missing or stale and reused otherwise, and not evaluated: a service can answer from them
-    before the eval runs. Their folders; a post-processing this model's space cannot take is left out (the eval
-    gives its reason).
+    """The exact (Flat) index of each of ``plan``'s runtimes and post-processings of a model (``plain``: its spec as
+    parsed, ``EvalPlan.plain``; the lexical index has one) that ``run_eval`` reads, built where missing or stale
+    and reused otherwise, and not evaluated: a service can answer from them before the eval runs. Their folders; a
+    post-processing this model's space cannot take is left out (the eval gives its reason).
 
     ``on_encoded(n)``: told each batch of corpus documents encoded; it may raise to stop the build, and then
     nothing of the model is written (indexes are written after the encoding, each atomically)."""
-    if plan.plain[model].lexical:
+    if plain.lexical:
         return [open_or_build_bm25(data.dataset, plan.indexes, plan.progress).folder]
     folders = []
-    for runtime in plan.model_runtimes(model):
-        encoder = load_encoder(model, plan.checkpoints, runtime=runtime, data_root=plan.data_root)
+    for runtime in plan.model_runtimes(plain):
+        encoder = load_encoder(plain.model, plan.checkpoints, runtime=runtime, data_root=plan.data_root)
         for postprocess in plan.postprocesses:
-            spec = IndexSpec(model, postprocess=postprocess, layer=encoder.layer, runtime=runtime)
+            spec = IndexSpec(plain.model, postprocess=postprocess, layer=encoder.layer, runtime=runtime)
             corpus = partial(correct_corpus, encoder, data.dataset, spec.postprocess, plan.progress, on_encoded)
             with suppress(InputError):
                 index = open_or_build_dense(encoder, data.dataset, spec, corpus, plan.indexes, plan.progress)
@@ -280,9 +280,9 @@ def run_eval(data: EvalData, plan: EvalPlan, on_result: Callable[[EvalResult], N
     """One result per row of ``plan`` (model, runtime, layer, post-processing, factory), each given to
     ``on_result`` as it comes; an unavailable model's results carry its reason."""
     results: list[EvalResult] = []
-    for model in plan.models:
-        for runtime in plan.model_runtimes(model):
-            found = _evaluate_model(model, runtime, list(plan.postprocesses), data, plan)
+    for plain in plan.plain.values():
+        for runtime in plan.model_runtimes(plain):
+            found = _evaluate_model(plain, runtime, list(plan.postprocesses), data, plan)
             for result in found:
                 if on_result is not None:
                     on_result(result)
@@ -291,10 +291,11 @@ def run_eval(data: EvalData, plan: EvalPlan, on_result: Callable[[EvalResult], N
 
 
 def _evaluate_model(
-    model: str, runtime: Runtime, postprocesses: list[str], data: EvalData, plan: EvalPlan
+    plain: IndexSpec, runtime: Runtime, postprocesses: list[str], data: EvalData, plan: EvalPlan
 ) -> list[EvalResult]:
-    if plan.plain[model].lexical:
+    if plain.lexical:
         return [evaluate_bm25(data, plan.indexes, plan.progress)]
+    model = plain.model
     try:
         encoder = encoder_for(model, plan.checkpoints, "last", runtime, plan.data_root, plan.ray)
     except (ModelUnavailable, InputError) as exc:  # no weights; an LM asked to run on OpenVINO

@@ -28,7 +28,9 @@ class EvalPlan:
     each dense model's forward pass (the LMs run on torch only, and say so in their rows); ``runtime_of``: a model's
     one runtime in their place (`cone demo --backend auto` chooses per model). ``checkpoints``: the
     folder of the LMs; ``data_root``: the data dir whose LM text calibrates a first int8 export. ``ray``: encode
-    with a Ray cluster's actors (the caller holds the connection: ``cone.encoders.cluster.connected``)."""
+    with a Ray cluster's actors (the caller holds the connection: ``cone.encoders.cluster.connected``). ``plain``:
+    each model's spec, read once from its name (``cone.indexing.spec.model_spec``: bm25's lexical index, or an
+    encoder's exact index)."""
 
     models: tuple[str, ...]
     indexes: Path
@@ -52,12 +54,13 @@ class EvalPlan:
             object.__setattr__(self, "layers", tuple(dict.fromkeys(self.layers)))
         object.__setattr__(self, "plain", {model: model_spec(model) for model in self.models})
 
-    def model_runtimes(self, model: str) -> tuple[Runtime, ...]:
-        """The runtimes of ``model``'s rows: the lexical index encodes nothing (its spec's torch, by convention); a
-        model of ``runtime_of`` its own; any other ``runtimes``."""
-        if self.plain[model].lexical:
-            return (self.plain[model].runtime,)
-        return (self.runtime_of[model],) if model in self.runtime_of else self.runtimes
+    def model_runtimes(self, plain: IndexSpec) -> tuple[Runtime, ...]:
+        """The runtimes of a model's rows (``plain``: its spec, as ``plain`` holds it): the lexical index encodes
+        nothing (its spec's own runtime, torch by convention); a model of ``runtime_of`` its own; any other
+        ``runtimes``."""
+        if plain.lexical:
+            return (plain.runtime,)
+        return (self.runtime_of[plain.model],) if plain.model in self.runtime_of else self.runtimes
 
     def specs(self, exact: IndexSpec, dim: int) -> list[IndexSpec]:
         """The rows of one correction of one model's vectors: ``exact`` (the Flat index, their reference) first,

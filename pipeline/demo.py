@@ -35,13 +35,13 @@ def build_order(models: list[str], checkpoints: Path | None) -> list[str]:
 def build_each(
     models: list[str], data: EvalData, plan: EvalPlan, builds: BuildProgress
 ) -> Iterator[tuple[str, list[Path], float]]:
-    """Each model's exact indexes in turn (``build_indexes``), its documents counted in ``builds``, which the
-    service reads; each model's folders and seconds as it is written (none for weights that do not load: the
-    eval says why)."""
+    """Each model's exact indexes in turn (``build_indexes``; ``models``: names of ``plan``'s), its documents
+    counted in ``builds``, which the service reads; each model's folders and seconds as it is written (none for
+    weights that do not load: the eval says why)."""
     for model in models:
         started, count = time.monotonic(), builds.counter(model)
         try:
-            folders = build_indexes(model, data, plan, count)
+            folders = build_indexes(plan.plain[model], data, plan, count)
         except ModelUnavailable:
             folders = []
         builds.built(model)

@@ -158,7 +158,7 @@ def test_bm25_is_an_index_kind_read_at_the_edge_and_no_encoder(tmp_path):
     assert not model_spec("minilm").lexical and not IndexSpec("bm25").lexical  # the kind says it, not the name
     plan = EvalPlan(models=("bm25", "minilm"), indexes=tmp_path)
     assert plan.plain == {"bm25": IndexSpec.bm25(), "minilm": IndexSpec("minilm")}
-    assert plan.model_runtimes("bm25") == (TORCH,)
+    assert plan.model_runtimes(IndexSpec.bm25()) == (TORCH,)
 
 
 def test_a_bm25_manifest_reads_back_into_the_lexical_spec_by_its_kind():
