@@ -25,7 +25,7 @@ from cone.cli.serve import add_listen_options, check_listen, serve
 from cone.data.loaders import data_dir
 from cone.encoders.auto import AUTO, auto_help
 from cone.encoders.base import Runtime
-from cone.encoders.registry import LM_MODELS, MODEL_NAMES, check_model_name, missing
+from cone.encoders.registry import LM_MODELS, missing
 from cone.errors import Interrupted
 from cone.eval.harness import EvalData, load_eval_data
 from cone.eval.plan import EvalPlan
@@ -33,6 +33,7 @@ from cone.eval.report import ReportFiles
 from cone.eval.sweep import evaluate_and_report
 from cone.geometry.synthetic import synthetic_report
 from cone.indexing import postprocess as pp
+from cone.indexing.spec import MODEL_NAMES, model_spec
 from cone.models.analysis import checkpoint_report
 from cone.models.checkpoint import checkpoints_dir
 from cone.pipeline.demo import build_each, build_order, stop
@@ -142,7 +143,7 @@ def run_demo(args: argparse.Namespace) -> int:
     if not args.no_serve:
         check_listen(args.host, args.port)  # before any work, not after it
     for model in args.models:
-        check_model_name(model)
+        model_spec(model)  # an unknown name refused before any work
     for spec in args.postprocess:
         pp.parse(spec)
     root = data_dir(args.data_dir)

@@ -24,7 +24,7 @@ from cone.cli.options import (
     runtime_for,
 )
 from cone.data.loaders import data_dir, load_beir, read_documents, read_qrels
-from cone.encoders.registry import MODEL_NAMES, check_model_name, is_lexical, load_encoder
+from cone.encoders.registry import ENCODER_NAMES, load_encoder
 from cone.errors import InputError
 from cone.eval import doctor, index_doctor
 from cone.eval.figures import doctor_figure
@@ -32,6 +32,7 @@ from cone.geometry import as_matrix
 from cone.indexing import postprocess as pp
 from cone.indexing.dense import corpus_vectors
 from cone.indexing.factory import open_user_index
+from cone.indexing.spec import model_spec
 from cone.output import dump_json, native_stderr_collected, table
 
 REPORT = "doctor.json"
@@ -51,7 +52,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "and keeps the model's ranking). No qrels needed; a BEIR folder's test queries and qrels add nDCG@10.",
     )
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--model", help=f"the encoder: {', '.join(m for m in MODEL_NAMES if m != 'bm25')} or st:PATH")
+    source.add_argument("--model", help=f"the encoder: {', '.join(ENCODER_NAMES)} or st:PATH")
     source.add_argument(
         "--vectors",
         type=Path,
@@ -139,8 +140,7 @@ def _sample(args: argparse.Namespace) -> doctor.Sample:
         return doctor.judged_vectors(vectors, queries, qrels, args.sample, args.seed, str(args.queries))
     if args.corpus is None:
         raise InputError("--model needs --corpus (a BEIR folder, a .jsonl or a text file of documents)")
-    check_model_name(args.model)
-    if is_lexical(args.model):
+    if model_spec(args.model).lexical:
         raise InputError(f"{args.model} has no vectors to doctor; name a dense model")
     documents = read_documents(args.corpus)  # a bad corpus is refused before the model loads
     is_beir = args.corpus.is_dir() and (args.corpus / "qrels" / "test.tsv").is_file()

@@ -27,7 +27,6 @@ from cone.cli.options import (
     unique_list,
 )
 from cone.data.loaders import data_dir
-from cone.encoders.registry import MODEL_NAMES
 from cone.errors import InputError
 from cone.eval import report
 from cone.eval.figures import FIGURES
@@ -37,7 +36,7 @@ from cone.eval.results import EvalResult, sts_keys
 from cone.eval.sweep import evaluate_and_report
 from cone.indexing.codes import METRICS
 from cone.indexing.factory import STORES
-from cone.indexing.spec import metric_choices, store_types
+from cone.indexing.spec import MODEL_NAMES, metric_choices, store_types
 from cone.output import dump_json, table
 
 DEFAULT_MODELS = ",".join(MODEL_NAMES)

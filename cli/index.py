@@ -23,12 +23,12 @@ from cone.cli.options import (
 )
 from cone.data.loaders import data_dir
 from cone.encoders.auto import AUTO
-from cone.encoders.registry import MODEL_NAMES, check_model_name, is_lexical
+from cone.encoders.base import Runtime
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing.codes import METRICS, split_metric
 from cone.indexing.factory import DEFAULT_FACTORY, STORES
-from cone.indexing.spec import IndexSpec, for_store
+from cone.indexing.spec import MODEL_NAMES, IndexSpec, for_store, model_spec
 from cone.indexing.streaming import StreamOptions
 from cone.pipeline.build import BuildSource, build_index
 
@@ -115,25 +115,31 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_index(args: argparse.Namespace) -> int:
     postprocess = pp.parse(args.postprocess)
-    check_model_name(args.model)
+    plain = model_spec(args.model)
     root = data_dir(args.data_dir)
     runtime = runtime_for(args.backend, args.quantize, args.model, root)
     ray = ray_options(args)
-    lexical = is_lexical(args.model)
-    dense_only = (postprocess != "none", runtime.tag != "torch", args.stream, ray, args.store, args.metric)
-    if lexical and any(dense_only):
-        raise InputError(
-            "--postprocess, --backend, --quantize, --stream, --ray, --store and --metric apply to dense models, "
-            "not bm25"
-        )
-    named = split_metric(args.index_factory)[1]
-    if args.metric and named and named != args.metric:
-        raise InputError(f"--metric {args.metric} contradicts --index-factory {args.index_factory}: name one metric")
-    kind = for_store(args.index_factory, args.store, args.metric)
-    spec = IndexSpec(args.model, kind, postprocess, args.layer, runtime, args.search_params)
+    if plain.lexical:
+        if any((postprocess != "none", runtime.tag != "torch", args.stream, ray, args.store, args.metric)):
+            raise InputError(
+                "--postprocess, --backend, --quantize, --stream, --ray, --store and --metric apply to dense models, "
+                f"not {args.model}"
+            )
+        spec = plain
+    else:
+        spec = _dense_spec(args, postprocess, runtime)
     stream = StreamOptions(args.shard_size, args.sample_size) if args.stream else None
     source = BuildSource(root, args.dataset, args.checkpoints, ray)
     with ray_session(ray):
         out = build_index(spec, source, args.out, stream, progress=not args.no_progress)
     print(f"index written to {out}")
     return 0
+
+
+def _dense_spec(args: argparse.Namespace, postprocess: str, runtime: Runtime) -> IndexSpec:
+    """The index of an encoder that the options ask for: its type under --store and --metric, its settings."""
+    named = split_metric(args.index_factory)[1]
+    if args.metric and named and named != args.metric:
+        raise InputError(f"--metric {args.metric} contradicts --index-factory {args.index_factory}: name one metric")
+    kind = for_store(args.index_factory, args.store, args.metric)
+    return IndexSpec(args.model, kind, postprocess, args.layer, runtime, args.search_params)

@@ -1,6 +1,6 @@
 """Every model behind one interface: text in, (N, d) float32 vectors out."""
 
 from cone.encoders.base import Encoder
-from cone.encoders.registry import LM_MODELS, MODEL_NAMES, load_encoder, missing
+from cone.encoders.registry import ENCODER_NAMES, LM_MODELS, load_encoder, missing
 
-__all__ = ["Encoder", "LM_MODELS", "MODEL_NAMES", "load_encoder", "missing"]
+__all__ = ["Encoder", "LM_MODELS", "ENCODER_NAMES", "load_encoder", "missing"]

@@ -1,5 +1,4 @@
-"""Model names -> encoders. One name, ``LEXICAL`` (bm25), is no encoder: the lexical index of
-``cone.indexing.lexical``, a row of every eval and a model ``cone index`` builds; ``is_lexical`` tells it apart."""
+"""Model names -> encoders: the project's LMs and their fine-tuned encoders, roberta, minilm, st:PATH."""
 
 from __future__ import annotations
 
@@ -9,18 +8,14 @@ from cone.encoders.base import TORCH, Layer, LayeredEncoder, Runtime
 from cone.errors import InputError, ModelUnavailable
 from cone.models.checkpoint import FINETUNED_MODELS, LM_MODELS, checkpoints_dir
 
-LEXICAL = "bm25"
-MODEL_NAMES = (*LM_MODELS, *FINETUNED_MODELS, "roberta", "minilm", LEXICAL)
+ENCODER_NAMES = (*LM_MODELS, *FINETUNED_MODELS, "roberta", "minilm")
 
 
-def is_lexical(spec: str) -> bool:
-    """Whether ``spec`` names the lexical index (no vectors, no layers, no runtime, no post-processing)."""
-    return spec == LEXICAL
-
-
-def check_model_name(spec: str) -> None:
-    if spec not in MODEL_NAMES and not spec.startswith("st:"):
-        raise InputError(f"unknown model {spec!r}; choose from {', '.join(MODEL_NAMES)} or st:PATH")
+def check_model_name(spec: str, names: tuple[str, ...] = ENCODER_NAMES) -> None:
+    """Refuse a name that is not st:PATH nor one of ``names``: the encoders', or the longer list of a caller that
+    takes other names beside them."""
+    if spec not in names and not spec.startswith("st:"):
+        raise InputError(f"unknown model {spec!r}; choose from {', '.join(names)} or st:PATH")
 
 
 def _checkpoint_missing(spec: str, checkpoints: Path | None) -> ModelUnavailable | None:
@@ -91,8 +86,6 @@ class Encoders:
 
 def _load(spec: str, checkpoints: Path | None, runtime: Runtime, data_root: Path | None) -> LayeredEncoder:
     check_model_name(spec)
-    if is_lexical(spec):
-        raise InputError(f"{spec} is a lexical index, not an encoder")
     from cone.encoders import st
 
     if spec in LM_MODELS:

@@ -17,7 +17,7 @@ import numpy as np
 from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
 from cone.encoders.base import Encoder, Layer, LayeredEncoder, Runtime
 from cone.encoders.cluster import encoder_for
-from cone.encoders.registry import LEXICAL, is_lexical, load_encoder
+from cone.encoders.registry import load_encoder
 from cone.errors import InputError, ModelUnavailable
 from cone.eval import metrics
 from cone.eval.plan import ALL_LAYERS, EvalPlan
@@ -94,22 +94,22 @@ def load_eval_data(
 
 
 def build_indexes(
-    model: str, data: EvalData, plan: EvalPlan, on_encoded: Callable[[int], None] | None = None
+    plain: IndexSpec, data: EvalData, plan: EvalPlan, on_encoded: Callable[[int], None] | None = None
 ) -> list[Path]:
-    """The exact (Flat) index of each of ``plan``'s runtimes and post-processings of ``model`` that ``run_eval``
-    reads, built where missing or stale and reused otherwise, and not evaluated: a service can answer from them
-    before the eval runs. Their folders; a post-processing this model's space cannot take is left out (the eval
-    gives its reason).
+    """The exact (Flat) index of each of ``plan``'s runtimes and post-processings of a model (``plain``: its spec as
+    parsed, ``EvalPlan.plain``; the lexical index has one) that ``run_eval`` reads, built where missing or stale
+    and reused otherwise, and not evaluated: a service can answer from them before the eval runs. Their folders; a
+    post-processing this model's space cannot take is left out (the eval gives its reason).
 
     ``on_encoded(n)``: told each batch of corpus documents encoded; it may raise to stop the build, and then
     nothing of the model is written (indexes are written after the encoding, each atomically)."""
-    if is_lexical(model):
+    if plain.lexical:
         return [open_or_build_bm25(data.dataset, plan.indexes, plan.progress).folder]
     folders = []
-    for runtime in plan.model_runtimes(model):
-        encoder = load_encoder(model, plan.checkpoints, runtime=runtime, data_root=plan.data_root)
+    for runtime in plan.model_runtimes(plain):
+        encoder = load_encoder(plain.model, plan.checkpoints, runtime=runtime, data_root=plan.data_root)
         for postprocess in plan.postprocesses:
-            spec = IndexSpec(model, postprocess=postprocess, layer=encoder.layer, runtime=runtime)
+            spec = IndexSpec(plain.model, postprocess=postprocess, layer=encoder.layer, runtime=runtime)
             corpus = partial(correct_corpus, encoder, data.dataset, spec.postprocess, plan.progress, on_encoded)
             with suppress(InputError):
                 index = open_or_build_dense(encoder, data.dataset, spec, corpus, plan.indexes, plan.progress)
@@ -286,16 +286,16 @@ def evaluate_bm25(data: EvalData, indexes: Path, progress: bool) -> EvalResult:
     found = index.search([ds.queries[q] for q in query_ids], RETRIEVE_K)
     values, ndcg = _ranking(found, len(index.docs), query_ids, ds.qrels)
     # BM25 scores are not cosines and it has no vectors: the similarity and geometry columns do not apply.
-    return EvalResult(IndexSpec(LEXICAL), index.folder.name, metrics=values, samples=Samples(ndcg))
+    return EvalResult(IndexSpec.bm25(), index.folder.name, metrics=values, samples=Samples(ndcg))
 
 
 def run_eval(data: EvalData, plan: EvalPlan, on_result: Callable[[EvalResult], None] | None = None) -> list[EvalResult]:
     """One result per row of ``plan`` (model, runtime, layer, post-processing, factory), each given to
     ``on_result`` as it comes; an unavailable model's results carry its reason."""
     results: list[EvalResult] = []
-    for model in plan.models:
-        for runtime in plan.model_runtimes(model):
-            found = _evaluate_model(model, runtime, list(plan.postprocesses), data, plan)
+    for plain in plan.plain.values():
+        for runtime in plan.model_runtimes(plain):
+            found = _evaluate_model(plain, runtime, list(plan.postprocesses), data, plan)
             for result in found:
                 if on_result is not None:
                     on_result(result)
@@ -304,10 +304,11 @@ def run_eval(data: EvalData, plan: EvalPlan, on_result: Callable[[EvalResult], N
 
 
 def _evaluate_model(
-    model: str, runtime: Runtime, postprocesses: list[str], data: EvalData, plan: EvalPlan
+    plain: IndexSpec, runtime: Runtime, postprocesses: list[str], data: EvalData, plan: EvalPlan
 ) -> list[EvalResult]:
-    if is_lexical(model):
+    if plain.lexical:
         return [evaluate_bm25(data, plan.indexes, plan.progress)]
+    model = plain.model
     try:
         encoder = encoder_for(model, plan.checkpoints, "last", runtime, plan.data_root, plan.ray)
     except (ModelUnavailable, InputError) as exc:  # no weights; an LM asked to run on OpenVINO

@@ -8,11 +8,10 @@ from pathlib import Path
 
 from cone.encoders.base import TORCH, Layer, Runtime
 from cone.encoders.cluster import RayOptions
-from cone.encoders.registry import check_model_name, is_lexical
 from cone.indexing import postprocess as pp
 from cone.indexing.codes import IndexType
 from cone.indexing.factory import settings_taken
-from cone.indexing.spec import EXACT, IndexSpec
+from cone.indexing.spec import EXACT, IndexSpec, model_spec
 
 ALL_LAYERS = "all"  # ``layers``: emb and every block of each dense model
 
@@ -29,7 +28,9 @@ class EvalPlan:
     each dense model's forward pass (the LMs run on torch only, and say so in their rows); ``runtime_of``: a model's
     one runtime in their place (`cone demo --backend auto` chooses per model). ``checkpoints``: the
     folder of the LMs; ``data_root``: the data dir whose LM text calibrates a first int8 export. ``ray``: encode
-    with a Ray cluster's actors (the caller holds the connection: ``cone.encoders.cluster.connected``)."""
+    with a Ray cluster's actors (the caller holds the connection: ``cone.encoders.cluster.connected``). ``plain``:
+    each model's spec, read once from its name (``cone.indexing.spec.model_spec``: bm25's lexical index, or an
+    encoder's exact index)."""
 
     models: tuple[str, ...]
     indexes: Path
@@ -43,6 +44,7 @@ class EvalPlan:
     data_root: Path | None = None
     ray: RayOptions | None = field(default=None)
     progress: bool = True
+    plain: Mapping[str, IndexSpec] = field(init=False, repr=False, compare=False)  # each model's, parsed once
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "postprocesses", tuple(pp.parse(p) for p in self.postprocesses))  # before any work
@@ -50,15 +52,15 @@ class EvalPlan:
             object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
         if self.layers != ALL_LAYERS:
             object.__setattr__(self, "layers", tuple(dict.fromkeys(self.layers)))
-        for model in self.models:
-            check_model_name(model)
+        object.__setattr__(self, "plain", {model: model_spec(model) for model in self.models})
 
-    def model_runtimes(self, model: str) -> tuple[Runtime, ...]:
-        """The runtimes of ``model``'s rows: bm25 encodes nothing (torch, by convention); a model of ``runtime_of``
-        its own; any other ``runtimes``."""
-        if is_lexical(model):
-            return (TORCH,)
-        return (self.runtime_of[model],) if model in self.runtime_of else self.runtimes
+    def model_runtimes(self, plain: IndexSpec) -> tuple[Runtime, ...]:
+        """The runtimes of a model's rows (``plain``: its spec, as ``plain`` holds it): the lexical index encodes
+        nothing (its spec's own runtime, torch by convention); a model of ``runtime_of`` its own; any other
+        ``runtimes``."""
+        if plain.lexical:
+            return (plain.runtime,)
+        return (self.runtime_of[plain.model],) if plain.model in self.runtime_of else self.runtimes
 
     def specs(self, exact: IndexSpec, dim: int) -> list[IndexSpec]:
         """The rows of one correction of one model's vectors: ``exact`` (the Flat index, their reference) first,

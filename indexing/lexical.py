@@ -8,11 +8,11 @@ import bm25s
 import numpy as np
 
 from cone.data.loaders import RetrievalDataset, doc_text
-from cone.encoders.registry import LEXICAL
 from cone.errors import DamagedIndex, InputError
 from cone.indexing import store
 from cone.indexing.index import Queries, SearchResult
 from cone.indexing.manifest import BM25Manifest, read_manifest
+from cone.indexing.spec import IndexSpec
 
 BM25_FOLDER = "bm25"
 
@@ -28,7 +28,7 @@ def build_bm25(dataset: RetrievalDataset, out: Path, progress: bool = True) -> P
         retriever.save(str(folder.path / BM25_FOLDER))
         folder.add_docs(doc_ids, dataset.corpus)
         folder.manifest = BM25Manifest(
-            model=LEXICAL,
+            model=IndexSpec.bm25().model,
             dataset=dataset.name,
             corpus_fingerprint=dataset.fingerprint(),
             n_docs=len(doc_ids),

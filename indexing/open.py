@@ -10,6 +10,7 @@ from cone.indexing.dense import DenseIndex
 from cone.indexing.index import Index
 from cone.indexing.lexical import BM25Index
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
+from cone.indexing.spec import LEXICAL
 
 
 def open_index(
@@ -30,7 +31,7 @@ def open_index(
     """
     manifest = manifest or read_manifest(folder)
     manifest.check_expected(Path(folder), model, corpus_fingerprint, runtime)  # before loading weights for nothing
-    if manifest.kind == "bm25":
+    if manifest.kind == LEXICAL:
         return BM25Index(folder, manifest)
     encoders = Encoders() if encoders is None else encoders
     return DenseIndex(folder, encoders.get(manifest.model, manifest.layer, manifest.runtime), manifest)

@@ -1,10 +1,12 @@
 """What an index is, parsed once: its type (``IndexType``: store, the store's type string, metric) from text, and
-the ``IndexSpec`` (model, runtime, layer, post-processing, type, search settings) that plan, build, manifest,
+the ``IndexSpec`` (kind, model, runtime, layer, post-processing, type, search settings) that plan, build, manifest,
 folder name, report row and service carry whole.
 
 Text becomes a type here and nowhere else: the command line (``cone.cli.options``) and the eval's plan call these
 parsers; the layers below take the parsed values. A type is ``TYPE`` or ``TYPE@METRIC``; ``TYPE`` names its store
-by prefix (a FAISS factory string, ``lance:TYPE``, ``usearch:CODEC``: cone.indexing.factory's registry).
+by prefix (a FAISS factory string, ``lance:TYPE``, ``usearch:CODEC``: cone.indexing.factory's registry). A model's
+name becomes a spec here too (``model_spec``): an encoder's exact index, or for ``bm25`` the lexical index, which
+is a kind of index, not a model.
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ import re
 from dataclasses import dataclass, field, replace
 
 from cone.encoders.base import TORCH, Layer, Runtime
-from cone.encoders.registry import is_lexical
+from cone.encoders.registry import ENCODER_NAMES, check_model_name
 from cone.errors import InputError
 from cone.indexing import postprocess as pp
 from cone.indexing.codes import IndexType, split_metric
 from cone.indexing.factory import DEFAULT_FACTORY, DEFAULT_STORE, STORES, store_named
-from cone.indexing.manifest import BM25Manifest, DenseManifest
+from cone.indexing.manifest import KINDS, BM25Manifest, DenseManifest
+
+# An index's kind, as its manifest's tag names it: vectors in a store, or BM25 over the documents' words. The lexical
+# index has one spec (``IndexSpec.bm25``) and goes by its kind's name: its model, folder and row label are bm25.
+DENSE, LEXICAL = KINDS
+MODEL_NAMES = (*ENCODER_NAMES, LEXICAL)  # what --model and --models name (besides st:PATH): every encoder, and BM25
 
 
 def _store_of(factory: str) -> str:
@@ -111,6 +118,13 @@ def recorded_type(index_factory: str, index_metric: str | None) -> IndexType:
     return store.parse(factory, index_metric or store.legacy_metric)
 
 
+def model_spec(name: str) -> IndexSpec:
+    """The plain spec a model's name stands for (``--model``, ``--models``): the lexical index for ``bm25``, else the
+    exact index of that encoder (InputError for a name that is neither, nor st:PATH)."""
+    check_model_name(name, MODEL_NAMES)
+    return IndexSpec.bm25() if name == LEXICAL else IndexSpec(name)
+
+
 def model_folder_part(model: str) -> str:
     """A model's part of an index name: the built-in names as they are; st:PATH flattened and followed by a short
     hash of PATH, so that st:/m/a_b, st:/m_a/b and st:/m/a/b name three folders."""
@@ -122,9 +136,10 @@ def model_folder_part(model: str) -> str:
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """What an index is: the model and what ran it (runtime, layer), the correction fitted on its corpus, the
-    store's index type with its metric, and the search settings every search applies. Parsed once where text
-    comes in; it names the index's folder, its manifest's identity and its report row."""
+    """What an index is: its kind (``DENSE``: a model's vectors in a store; ``LEXICAL``: BM25, ``IndexSpec.bm25``),
+    the model and what ran it (runtime, layer), the correction fitted on its corpus, the store's index type with its
+    metric, and the search settings every search applies. Parsed once where text comes in; it names the index's
+    folder, its manifest's identity and its report row."""
 
     model: str
     index_type: IndexType = field(default=EXACT)
@@ -132,6 +147,7 @@ class IndexSpec:
     layer: Layer = "last"
     runtime: Runtime = TORCH
     search_params: str = ""
+    kind: str = DENSE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "postprocess", pp.parse(self.postprocess))
@@ -141,10 +157,15 @@ class IndexSpec:
         """The index type with its metric as cone writes it (``PQ32``, ``lance:IVF_PQ@l2``)."""
         return self.index_type.spec
 
+    @classmethod
+    def bm25(cls) -> IndexSpec:
+        """The lexical index: BM25 over the documents' words, no encoder, no vectors, no correction. Its other
+        fields keep their neutral values (a report row of it says torch, last, none and Flat, as it always has)."""
+        return cls(LEXICAL, kind=LEXICAL)
+
     @property
     def lexical(self) -> bool:
-        """BM25 over the documents' words: no encoder, no vectors, no index type of a store."""
-        return is_lexical(self.model)
+        return self.kind == LEXICAL
 
     @property
     def exact(self) -> bool:
@@ -180,8 +201,8 @@ class IndexSpec:
     @classmethod
     def of_manifest(cls, manifest: DenseManifest | BM25Manifest) -> IndexSpec:
         """The spec a manifest records (InputError where its type is none cone knows)."""
-        if manifest.kind == "bm25":
-            return cls(manifest.model)
+        if manifest.kind == LEXICAL:
+            return cls.bm25()
         return cls(
             manifest.model,
             recorded_type(manifest.index_factory, manifest.index_metric),

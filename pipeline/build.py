@@ -9,7 +9,6 @@ from pathlib import Path
 
 from cone.data.loaders import dataset_folder, load_corpus
 from cone.encoders.cluster import RayOptions, encoder_for
-from cone.encoders.registry import LEXICAL
 from cone.indexing.dense import build_dense
 from cone.indexing.factory import check_buildable
 from cone.indexing.lexical import build_bm25
@@ -33,7 +32,7 @@ def build_index(
     """The index of ``spec`` over the dataset's corpus, written (atomically) into its folder under ``indexes``;
     ``stream``: built a shard at a time. The folder."""
     if spec.lexical:
-        return build_bm25(load_corpus(source.data_root, source.dataset), indexes / LEXICAL, progress)
+        return build_bm25(load_corpus(source.data_root, source.dataset), indexes / spec.folder_name(), progress)
     encoder = encoder_for(spec.model, source.checkpoints, spec.layer, spec.runtime, source.data_root, source.ray)
     check = check_streamable if stream is not None else check_buildable
     check(spec.index_type, encoder.dim, spec.search_params)  # before any encoding

@@ -16,12 +16,13 @@ from cone.errors import ConeError, Interrupted, ModelUnavailable
 from cone.eval.harness import EvalData, build_indexes
 from cone.eval.plan import EvalPlan
 from cone.eval.report import ReportFiles
+from cone.indexing.spec import LEXICAL
 from cone.models.checkpoint import FINETUNED_MODELS
 from cone.service.progress import BUILDING, EVALUATING, STOPPED, BuildProgress
 
 # Fastest first, by the work of encoding a corpus: BM25 only tokenizes; the project's LMs and their fine-tuned
 # encoders are 4 blocks of 256; MiniLM 6 of 384; RoBERTa 12 of 768; an st:PATH model, unknown, after them.
-BUILD_ORDER = ("bm25", *LM_MODELS, *FINETUNED_MODELS, "minilm", "roberta")
+BUILD_ORDER = (LEXICAL, *LM_MODELS, *FINETUNED_MODELS, "minilm", "roberta")
 
 
 def build_order(models: list[str], checkpoints: Path | None) -> list[str]:
@@ -34,13 +35,13 @@ def build_order(models: list[str], checkpoints: Path | None) -> list[str]:
 def build_each(
     models: list[str], data: EvalData, plan: EvalPlan, builds: BuildProgress
 ) -> Iterator[tuple[str, list[Path], float]]:
-    """Each model's exact indexes in turn (``build_indexes``), its documents counted in ``builds``, which the
-    service reads; each model's folders and seconds as it is written (none for weights that do not load: the
-    eval says why)."""
+    """Each model's exact indexes in turn (``build_indexes``; ``models``: names of ``plan``'s), its documents
+    counted in ``builds``, which the service reads; each model's folders and seconds as it is written (none for
+    weights that do not load: the eval says why)."""
     for model in models:
         started, count = time.monotonic(), builds.counter(model)
         try:
-            folders = build_indexes(model, data, plan, count)
+            folders = build_indexes(plan.plain[model], data, plan, count)
         except ModelUnavailable:
             folders = []
         builds.built(model)

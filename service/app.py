@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cone import __version__
 from cone.errors import DamagedIndex, InputError
 from cone.indexing.postprocess import is_synthetic
-from cone.indexing.spec import recorded_type
+from cone.indexing.spec import LEXICAL, recorded_type
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings
 from cone.service.limits import BodyLimit, json_response, one_line, short, validation_error
 from cone.service.middleware import HeadAsGet, SecurityHeaders, Utf8Query
@@ -185,7 +185,7 @@ def search_entry(entry: Entry, q: str, k: int) -> SearchResponse:
 def histogram_of(entry: Entry) -> Histogram:
     summary = entry.manifest and entry.manifest.random_pair_cosines
     if summary is None:
-        detail = "BM25 scores are not cosines" if entry.manifest and entry.manifest.kind == "bm25" else None
+        detail = "BM25 scores are not cosines" if entry.manifest and entry.manifest.kind == LEXICAL else None
         raise HTTPException(409, f"model {entry.name!r} has no cosine histogram: {detail or 'rebuild its index'}")
     name = f"{entry.name} (synthetic)" if synthetic(entry) else entry.name
     return Histogram(name=name, **summary.histogram.model_dump(), **summary.model_dump(exclude={"histogram"}))

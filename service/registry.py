@@ -22,12 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cone.encoders.registry import MODEL_NAMES, Encoders, missing
+from cone.encoders.registry import Encoders, missing
 from cone.errors import ConeError, DamagedIndex, ModelUnavailable
 from cone.indexing import store
 from cone.indexing.index import Hit, Index, SearchResult
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 from cone.indexing.open import open_index
+from cone.indexing.spec import MODEL_NAMES
 from cone.models.checkpoint import FINETUNED_MODELS, LM_MODELS, checkpoints_dir
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
 from cone.service.limits import one_line

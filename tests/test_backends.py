@@ -138,7 +138,7 @@ def test_a_model_s_own_runtime_names_the_index_its_eval_reads(tiny_roberta_dir, 
     spec = f"st:{tiny_roberta_dir}"
     data = load_eval_data(shared_tiny_beir, "tiny", with_sts=False)
     plan = EvalPlan((spec,), tmp_path / "idx", runtime_of={spec: OPENVINO}, progress=False)
-    (built,) = build_indexes(spec, data, plan)
+    (built,) = build_indexes(plan.plain[spec], data, plan)
     assert built.name == folder_name(spec, "none", runtime=OPENVINO)
     written = built.stat().st_mtime_ns
     (result,) = run_eval(data, plan)

@@ -19,6 +19,7 @@ from cone.errors import Interrupted
 from cone.eval.harness import build_indexes, load_eval_data
 from cone.eval.plan import EvalPlan
 from cone.indexing import dense
+from cone.indexing.spec import IndexSpec
 from cone.service.app import create_app
 from cone.service.progress import BuildProgress, ModelProgress
 
@@ -45,7 +46,7 @@ def test_the_count_is_of_the_documents_encoded_and_the_vectors_are_the_encoders(
 ):
     data = load_eval_data(shared_tiny_beir, "tiny")
     counted = []
-    folders = build_indexes("baseline", data, _plan(tmp_path / "idx", tiny_checkpoints), counted.append)
+    folders = build_indexes(IndexSpec("baseline"), data, _plan(tmp_path / "idx", tiny_checkpoints), counted.append)
     assert [f.name for f in folders] == ["baseline", "baseline-center"]
     assert counted == [BATCH] * 5  # once for the two post-processings: they share the cached vectors
     encoder = load_encoder("baseline", tiny_checkpoints)
@@ -53,7 +54,7 @@ def test_the_count_is_of_the_documents_encoded_and_the_vectors_are_the_encoders(
     assert np.allclose(batched, encoder.encode(dense.corpus_texts(data.dataset)), atol=1e-5)
     built = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "idx").iterdir()}
     again = []
-    build_indexes("baseline", data, _plan(tmp_path / "idx", tiny_checkpoints), again.append)
+    build_indexes(IndexSpec("baseline"), data, _plan(tmp_path / "idx", tiny_checkpoints), again.append)
     assert again == [] and {p.name: p.stat().st_mtime_ns for p in (tmp_path / "idx").iterdir()} == built
 
 
@@ -74,7 +75,7 @@ def test_an_interrupted_build_writes_nothing_and_the_next_demo_reuses_what_was_w
     data = load_eval_data(shared_tiny_beir, "tiny")
     indexes = tmp_path / "out" / "tiny" / "indexes"
     builds = BuildProgress(["baseline", "regularized"], len(data.dataset.corpus))
-    build_indexes("baseline", data, _plan(indexes, tiny_checkpoints), builds.counter("baseline"))
+    build_indexes(IndexSpec("baseline"), data, _plan(indexes, tiny_checkpoints), builds.counter("baseline"))
     builds.built("baseline")
     count = builds.counter("regularized")
 
@@ -84,7 +85,7 @@ def test_an_interrupted_build_writes_nothing_and_the_next_demo_reuses_what_was_w
             builds.cancel()  # Ctrl-C: the next batch stops the build
 
     with pytest.raises(Interrupted):
-        build_indexes("regularized", data, _plan(indexes, tiny_checkpoints), cancel_after_two_batches)
+        build_indexes(IndexSpec("regularized"), data, _plan(indexes, tiny_checkpoints), cancel_after_two_batches)
     assert builds.get("regularized").done == 2 * BATCH  # the third batch came back after the Ctrl-C: dropped
     assert sorted(p.name for p in indexes.iterdir()) == ["baseline", "baseline-center"]  # nor any hidden folder
     assert len(list(counted_batches.iterdir())) == 1  # baseline's vectors cached, none of regularized's
@@ -121,7 +122,7 @@ def test_a_model_on_its_way_is_a_503_then_joins_by_a_reload_and_the_report_follo
         assert "once every index is built" in client.get("/report").json()["detail"]
 
         data = load_eval_data(shared_tiny_beir, "tiny")
-        build_indexes("baseline", data, _plan(root, tiny_checkpoints, ("none",)))
+        build_indexes(IndexSpec("baseline"), data, _plan(root, tiny_checkpoints, ("none",)))
         builds.built("baseline")  # the service reloads: no restart
         assert client.get("/search", params={"model": "baseline", "q": "cell protein"}).status_code == 200
         assert client.get("/readyz").json()["building"] == []

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from cone.encoders.base import Runtime
+from cone.encoders.base import TORCH, Runtime
+from cone.encoders.registry import ENCODER_NAMES, load_encoder
 from cone.errors import InputError
+from cone.eval.plan import EvalPlan
 from cone.eval.schema import Report, read_report
 from cone.indexing.manifest import read_manifest
 from cone.indexing.open import open_index
 from cone.indexing.reuse import open_or_build_dense
-from cone.indexing.spec import EXACT, IndexSpec, parse_index_type
+from cone.indexing.spec import EXACT, LEXICAL, MODEL_NAMES, IndexSpec, model_spec, parse_index_type
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted((ROOT / "docs").glob("**/report.json"))
@@ -38,6 +40,9 @@ def _runtime(tag: str) -> Runtime:
 
 
 def _spec_of_row(row) -> IndexSpec:
+    plain = model_spec(row.model)  # the row's model name read as the command line reads it
+    if plain.lexical:
+        return plain
     return IndexSpec(row.model, parse_index_type(row.factory), row.postprocess, row.layer, _runtime(row.runtime))
 
 
@@ -50,8 +55,8 @@ def test_every_committed_report_fits_the_schema_and_its_rows_are_specs_that_name
         for row in report.results:
             spec = _spec_of_row(row)
             if row.model == "bm25":
-                assert spec.label == "bm25"
-            if row.available and row.model != "bm25":
+                assert spec.lexical and spec.label == "bm25" and row.factory == spec.factory == "Flat"
+            if row.available:
                 assert spec.folder_name() == row.index, path  # the folder the eval wrote, named by the spec
                 named += 1
         for comparison in report.comparisons:  # the comparisons name rows by the spec's label
@@ -124,7 +129,6 @@ def test_folders_written_before_the_spec_load_name_themselves_and_answer_the_sam
 
 def test_a_folder_written_before_the_spec_is_reused_by_its_spec_and_refused_by_another(tmp_path):
     from cone.data.loaders import load_corpus
-    from cone.encoders.registry import load_encoder
     from cone.indexing.dense import correct_corpus
 
     folder = shutil.copytree(FOLDERS_783402C / "baseline-center-SQ8_l2", tmp_path / "baseline-center-SQ8_l2")
@@ -140,3 +144,25 @@ def test_a_folder_written_before_the_spec_is_reused_by_its_spec_and_refused_by_a
     assert index.folder == folder and index.manifest.created == created  # reused, not rebuilt
     for other in (replace(asked, index_type=parse_index_type("SQ8")), replace(asked, postprocess="whiten")):
         assert other.mismatch(read_manifest(folder)) == "built as baseline+center [SQ8@l2] (no settings)"
+
+
+def test_bm25_is_an_index_kind_read_at_the_edge_and_no_encoder(tmp_path):
+    assert "bm25" not in ENCODER_NAMES and (*ENCODER_NAMES, "bm25") == MODEL_NAMES
+    with pytest.raises(InputError, match="unknown model 'bm25'; choose from .*minilm or st:PATH"):
+        load_encoder("bm25")  # the encoder registry knows encoders only
+    with pytest.raises(InputError, match="unknown model 'bm2'; choose from .*minilm, bm25 or st:PATH"):
+        model_spec("bm2")
+    lexical = model_spec("bm25")
+    assert lexical == IndexSpec.bm25() and lexical.lexical and lexical.kind == LEXICAL
+    assert (lexical.folder_name(), lexical.label, lexical.factory) == ("bm25", "bm25", "Flat")  # as written before
+    assert not model_spec("minilm").lexical and not IndexSpec("bm25").lexical  # the kind says it, not the name
+    plan = EvalPlan(models=("bm25", "minilm"), indexes=tmp_path)
+    assert plan.plain == {"bm25": IndexSpec.bm25(), "minilm": IndexSpec("minilm")}
+    assert plan.model_runtimes(IndexSpec.bm25()) == (TORCH,)
+
+
+def test_a_bm25_manifest_reads_back_into_the_lexical_spec_by_its_kind():
+    manifest = read_manifest(Path(__file__).parent / "fixtures" / "index-0.1.0" / "bm25")
+    assert IndexSpec.of_manifest(manifest) == IndexSpec.bm25()
+    renamed = manifest.model_copy(update={"model": "renamed"})
+    assert IndexSpec.of_manifest(renamed).lexical and IndexSpec.bm25().mismatch(manifest) is None
