@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 # Under pytest-xdist (-n 2: pyproject.toml says how) each worker gets its share of the cores for torch, FAISS and BLAS,
 # set before numpy or torch is loaded: two workers each running two threads on two cores spin against each other.
@@ -69,12 +70,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """For pytest-xdist's --dist loadscope (pyproject.toml): a module's functions are one scope, run on one worker, so
     its module fixtures are built once and its tests keep their order (test_cluster's first tests need Ray not yet
     started); a class is a scope of its own. The classes go first (the two halves of the MiniLM reproduction, the
-    slowest work: one starts at once on each worker), then the modules that hold a slow test, so the short ones fill
-    in behind the long ones. (--dist loadgroup with an xdist_group per module did this until pytest 9, whose nodes
-    no longer take the group xdist 3.8 appends to their ids: every test was then a scope of its own, each worker
-    built every module's fixtures, and two Ray clusters ran at once.)"""
-    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (item.cls is None, item.module.__name__ not in slow_modules))
+    slowest work: one starts at once on each worker), then the modules that hold slow tests, the most first, so the
+    short ones fill in behind the long ones. Each worker is handed its second scope with its first: the third scope
+    (test_cluster, the most slow tests and the longest module: its Ray cluster's actors each load torch) goes with
+    Half0, which only encodes, and the fourth with Half1, which also runs the eval (under the old alphabetical order
+    the two longest pieces of work, Half1 and test_cluster, were one worker's). (--dist loadgroup with an
+    xdist_group per module did this until pytest 9, whose nodes no longer take the group xdist 3.8 appends to their
+    ids: every test was then a scope of its own, each worker built every module's fixtures, and two Ray clusters
+    ran at once.)"""
+    slow_tests = Counter(item.module.__name__ for item in items if item.cls is None and item.get_closest_marker("slow"))
+    items.sort(key=lambda item: (item.cls is None, -slow_tests[item.module.__name__]))
 
 
 @pytest.fixture(scope="session", autouse=True)

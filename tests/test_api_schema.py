@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import schemathesis
-from hypothesis import HealthCheck, given, settings
 
 from cone.service.app import create_app
 
@@ -17,10 +15,17 @@ def api_schema(shared_tiny_beir, tiny_checkpoints, tmp_path_factory):
     build_tiny_indexes(root, shared_tiny_beir, tiny_checkpoints, [("baseline", "none")])
     app = create_app(root, tiny_checkpoints)
     app.state.registry.load()  # the ASGI transport may not run start-up; load here, as start-up would
+    # Imported here, not at collection: schemathesis and hypothesis (hundreds of modules, each rewritten by pytest's
+    # assertion rewriting as a plugin's) load only in the worker that runs this test. pyproject.toml keeps
+    # schemathesis' pytest plugin off, which loaded them into every process at start.
+    import schemathesis
+
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 
 def test_api_conforms_to_its_schema(api_schema):
+    from hypothesis import HealthCheck, given, settings
+
     # Each operation's cases come from schemathesis' strategy, driven by hypothesis here (its pytest
     # plugin's fixture loader does not run on this pytest).
     operations = [result.ok() for result in api_schema.get_all_operations()]

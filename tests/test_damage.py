@@ -5,12 +5,13 @@ nothing else stops answering, nothing answers 500, no command prints a traceback
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
+import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -160,31 +161,47 @@ def test_the_app_with_a_damaged_checkpoint_config_is_ready(built, tiny_checkpoin
         assert client.get("/search", params={"model": "baseline", "q": "cell"}).status_code == 409
 
 
-# The swap: the child process rebuilds the bm25 index and SIGKILLs itself before its Nth file-system step.
-KILL_AT_STEP = """
-import os, shutil, signal, sys
-from cone.data.loaders import load_beir
-from cone.indexing.lexical import build_bm25
+# The swap: a child process rebuilds the bm25 index and SIGKILLs itself before its Nth file-system step. The child is
+# forked from this one, which has cone imported already: a fresh interpreter per step imported it again (2-3 s of
+# CPU each, a dozen steps over the two tests); the kill, and what it leaves on disk, are the same.
+def _build_killed_at(step: int, beir: Path, folder: Path) -> tuple[int, str]:
+    """The child's exit code (-9 when it killed itself) and what it wrote: the steps it counted (step 0 never kills)
+    or its traceback."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: it never returns into pytest
+        code = 1
+        try:
+            os.close(read)
+            count = [0]
 
-step, count = int(sys.argv[3]), [0]
+            def killing(real):
+                def call(*args, **kwargs):
+                    count[0] += 1
+                    if count[0] == step:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return real(*args, **kwargs)
 
-def killing(real):
-    def call(*args, **kwargs):
-        count[0] += 1
-        if count[0] == step:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real(*args, **kwargs)
-    return call
+                return call
 
-os.rename, os.replace, shutil.rmtree = killing(os.rename), killing(os.replace), killing(shutil.rmtree)
-build_bm25(load_beir(sys.argv[1], "tiny"), __import__("pathlib").Path(sys.argv[2]), progress=False)
-print("steps", count[0])
-"""
-
-
-def _build_killed_at(step: int, beir: Path, folder: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-c", KILL_AT_STEP, str(beir), str(folder), str(step)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+            os.rename, os.replace, shutil.rmtree = killing(os.rename), killing(os.replace), killing(shutil.rmtree)
+            build_bm25(load_beir(beir, "tiny"), folder, progress=False)
+            os.write(write, f"steps {count[0]}".encode())
+            code = 0
+        except BaseException:
+            os.write(write, traceback.format_exc().encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    deadline = time.monotonic() + 120
+    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the build killed at step {step} did not end within 120 s")
+        time.sleep(0.01)
+    with os.fdopen(read) as said:
+        return os.waitstatus_to_exitcode(status[1]), said.read()
 
 
 @pytest.mark.slow
@@ -192,18 +209,19 @@ def test_a_kill_at_every_step_of_the_swap_leaves_a_servable_index(built, shared_
     root = tmp_path / "indexes"
     shutil.copytree(built / "bm25", root / "bm25")
     # Step 0 never kills: it counts the steps of a build over an existing index (and its leftovers).
-    full = _build_killed_at(0, shared_tiny_beir, root / "bm25")
-    steps = int(full.stdout.split()[-1])
+    code, said = _build_killed_at(0, shared_tiny_beir, root / "bm25")
+    assert code == 0, said
+    steps = int(said.split()[-1])
     assert steps >= 3  # write the manifest, move the old index aside, move the new one in, remove the old
     for step in range(1, steps + 1):
-        killed = _build_killed_at(step, shared_tiny_beir, root / "bm25")
-        assert killed.returncode == -signal.SIGKILL, (step, killed.stderr[-500:])
+        code, said = _build_killed_at(step, shared_tiny_beir, root / "bm25")
+        assert code == -signal.SIGKILL, (step, said[-500:])
         entries, notes = load_entries(root)
         bm25 = entries["bm25"]
         assert bm25.available, (step, bm25.reason, sorted(p.name for p in root.iterdir()))
         assert len(bm25.index.docs) == 40 and bm25.search("cell protein", 3)[0]
     # The next complete build cleans what the killed ones left.
-    assert _build_killed_at(0, shared_tiny_beir, root / "bm25").returncode == 0
+    assert _build_killed_at(0, shared_tiny_beir, root / "bm25")[0] == 0
     assert sorted(p.name for p in root.iterdir()) == ["bm25"]
 
 
@@ -211,7 +229,7 @@ def test_a_kill_at_every_step_of_the_swap_leaves_a_servable_index(built, shared_
 def test_a_kill_between_the_two_renames_is_recovered_and_said(built, shared_tiny_beir, tmp_path):
     root = tmp_path / "indexes"
     shutil.copytree(built / "bm25", root / "bm25")
-    steps = int(_build_killed_at(0, shared_tiny_beir, root / "bm25").stdout.split()[-1])
+    steps = int(_build_killed_at(0, shared_tiny_beir, root / "bm25")[1].split()[-1])
     for step in range(1, steps + 1):
         shutil.rmtree(root)
         shutil.copytree(built / "bm25", root / "bm25")

@@ -160,12 +160,17 @@ def test_cone_index_stream_from_the_command_line(shared_tiny_beir, tmp_path, tin
 
 
 @pytest.mark.slow
-def test_without_ray_nothing_of_ray_is_imported(shared_tiny_beir, tiny_checkpoints, tmp_path):
+def test_a_plain_index_imports_neither_ray_nor_lancedb(shared_tiny_beir, tiny_checkpoints, tmp_path):
+    """Without --ray nothing of Ray is imported; cone's command line, index opener and service import no lancedb
+    (both optional parts). One fresh interpreter checks both: tests/test_lance.py once started a second one, which
+    imported cone again (seconds of CPU), for the lancedb half."""
     code = (
-        "import sys; from cone.cli import main; "
+        "import sys; from cone.cli import main; import cone.indexing.open, cone.service.app; "
+        "print('lancedb' in sys.modules); "
         f"main(['index', '--model', 'baseline', '--data-dir', {str(shared_tiny_beir)!r}, '--dataset', 'tiny', "
         f"'--checkpoints', {str(tiny_checkpoints)!r}, '--out', {str(tmp_path)!r}, '--no-progress']); "
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "False" and lines[-1] == "[]", lines
