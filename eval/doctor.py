@@ -202,28 +202,34 @@ def _trials(
     untried: dict[str, str],
 ) -> Iterator[tuple[Trial, np.ndarray]]:
     """Every type over every repair, on the eval's recall sweep: its recall@10 against exact search of the same
-    (repaired) vectors, with that exact top 10 (to compare a repair's own ranking with the raw one). A type this
-    sample cannot train (PQ's 256 centroids on 40 vectors) goes into ``untried`` with its store's reason."""
-    names = sorted(types, key=lambda name: types[name] != EXACT)  # exact search first: the sweep's reference
+    (repaired) vectors, with that exact top 10 (to compare a repair's own ranking with the raw one), in the order
+    of ``types``. Exact search is swept first whether or not ``types`` names it (then it is not reported). A type
+    this sample cannot train (PQ's 256 centroids on 40 vectors) goes into ``untried`` with its store's reason."""
+    reference = next((name for name, kind in types.items() if kind == EXACT), EXACT.spec)
+    swept_types = {reference: EXACT} | types  # the reference first
     for repair in REPAIRS:
         fitted = pp.fit(docs, repair)
         d, q = unit_rows(pp.apply(docs, fitted)), unit_rows(pp.apply(queries, fitted))
 
         def build(name: str, d: np.ndarray = d) -> Codes:
-            return build_codes(d, types[name], params.get(name, ""))
+            return build_codes(d, swept_types[name], params.get(name, ""))
 
         def search(codes: Codes, q: np.ndarray = q) -> tuple[Codes, np.ndarray]:
             return codes, top_rows(codes, q)
 
-        exact = None
-        for swept in recall_sweep(names, build, search):
+        exact, trials = None, {}
+        for swept in recall_sweep(swept_types, build, search):
+            exact = swept.rows if swept.reference else exact
+            if swept.kind not in types:
+                continue
             step()
             if swept.reason is not None:
                 untried.setdefault(swept.kind, swept.reason)
                 continue
-            exact = swept.rows if swept.reference else exact
             mean_ndcg = None if ndcg is None else float(ndcg(swept.rows).mean())
-            yield Trial(swept.kind, repair, float(swept.built.bytes_per_vector()), swept.recall_at_10, mean_ndcg), exact
+            bytes_per_vector = float(swept.built.bytes_per_vector())
+            trials[swept.kind] = Trial(swept.kind, repair, bytes_per_vector, swept.recall_at_10, mean_ndcg)
+        yield from ((trials[name], exact) for name in types if name in trials)
 
 
 def flat_index(vectors: np.ndarray, metric: int = faiss.METRIC_INNER_PRODUCT) -> faiss.Index:

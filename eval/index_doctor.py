@@ -2,16 +2,9 @@
 
 It says what the index is (type, metric, parameters, bytes of code per vector), measures the instruments on its
 vectors and the recall@10 of that very index against exact search of the same vectors in the index's own metric,
-then builds the repairs that index's store offers and measures each the same way, with the same queries:
-
-- FAISS: a new index file, the same structure retrained behind an ``IndexPreTransform`` that centers (the
-  documents' mean, learned by ``CenteringTransform``) and L2-normalizes, so a plain ``faiss.read_index`` user
-  changes no code; a binary index (sign bits) becomes ``IndexLSH`` behind the same centering, which stores the
-  same d/8 bytes but takes float queries.
-- LanceDB: the same index type under another metric (Lance's PQ encodes residuals from the IVF centres only
-  under ``l2`` and ``cosine``, not ``dot``), or a table of centered vectors; each with its ``create_index`` call.
-- USearch: a wider codec (f16, bf16), or the same codec on centered vectors (USearch keeps no transform, so the
-  user subtracts the mean from each vector and query).
+then builds the repairs that index's store offers (``Store.repairs``: FAISS's centering in front of the user's own
+structure, LanceDB's residual metrics and centered table, USearch's wider codecs and centered vectors; each store's
+module says how) and measures each the same way, with the same queries.
 
 A repair counts only where its per-query recall@10 beats the index's by the paired randomization test (adjusted
 for the repairs tried); the prescription is the cheapest such repair that reaches the target, else the best one,

@@ -18,16 +18,16 @@ from cone.eval.metrics import overlap_at_k
 K = 10  # recall@10: the top 10 of a type against exact search's
 Kind = TypeVar("Kind")
 Built = TypeVar("Built")
-Found = TypeVar("Found")
+Result = TypeVar("Result")
 
 
 @dataclass(frozen=True)
-class Swept(Generic[Kind, Built, Found]):
+class Swept(Generic[Kind, Built, Result]):
     """One type of the sweep: what was built and what its search found, or why it could not be built."""
 
     kind: Kind
     built: Built | None = None
-    found: Found | None = None
+    found: Result | None = None
     rows: np.ndarray | None = None  # its top rows per query
     recall_at_10: float | None = None  # against the first type's top 10 (1.0 for the first itself)
     reference: bool = False  # the first type: exact search, what the others are measured against
@@ -37,9 +37,9 @@ class Swept(Generic[Kind, Built, Found]):
 def recall_sweep(
     kinds: Iterable[Kind],
     build: Callable[[Kind], Built],
-    search: Callable[[Built], tuple[Found, np.ndarray]],
+    search: Callable[[Built], tuple[Result, np.ndarray]],
     measured: Sequence[int] | slice = slice(None),
-) -> Iterator[Swept[Kind, Built, Found]]:
+) -> Iterator[Swept[Kind, Built, Result]]:
     """Each of ``kinds`` built (an InputError is its reason, and the sweep goes on) and searched (``search``: what
     it found and its top rows), its recall@10 over the ``measured`` queries against the first kind's. The first
     kind is the exact reference: where it cannot be built, nothing else is measured."""

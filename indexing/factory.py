@@ -89,9 +89,12 @@ def read_codes(
 
 
 def open_user_index(path: Path, table: str | None = None) -> UserIndex:
-    """A user's own index (a FAISS file, a Lance folder, a ``.usearch`` file), opened by the store whose shape
-    ``path`` has; the default store (FAISS, which reads a file by its content) takes any other file."""
+    """A user's own index (a FAISS file, a Lance folder, a ``.usearch`` file), opened by the first store that
+    claims ``path`` by its shape, the default store asked last (FAISS claims any file: it reads one by content)."""
     if not path.exists():
         raise InputError(f"--index {path}: no such file or folder")
-    others = (store for name, store in STORES.items() if name != DEFAULT_STORE and store.claims(path))
-    return next(others, STORES[DEFAULT_STORE]).open_user(path, table)
+    asked = [store for name, store in STORES.items() if name != DEFAULT_STORE] + [STORES[DEFAULT_STORE]]
+    claimed = next((store for store in asked if store.claims(path)), None)
+    if claimed is None:
+        raise InputError(f"--index {path}: no store reads a {'folder' if path.is_dir() else 'file'} of this kind")
+    return claimed.open_user(path, table)

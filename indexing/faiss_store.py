@@ -571,7 +571,7 @@ class FaissStore:
     repairs = staticmethod(user_repairs)
 
     def claims(self, path: Path) -> bool:
-        return True  # the default store: a file of no other store's shape is read as FAISS reads any file
+        return path.is_file()  # FAISS reads a file by its content, whatever its name
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         return parse(factory, metric)

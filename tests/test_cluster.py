@@ -91,7 +91,8 @@ def test_a_local_clusters_workers_run_at_the_commands_niceness(
     expected = os.nice(0)
     if expected >= 19:
         pytest.skip("at niceness 19 Ray's default would give the same")
-    monkeypatch.delenv("RAY_worker_niceness", raising=False)  # conftest's, for the test's cluster
+    monkeypatch.setenv("RAY_worker_niceness", "unset")  # recorded, so that teardown removes what the command sets
+    monkeypatch.delenv("RAY_worker_niceness")  # conftest's, for the test's cluster
     log, real = tmp_path / "niceness", cluster._actor_class
 
     def telling(recipe, layers):

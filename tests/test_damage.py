@@ -229,11 +229,14 @@ def test_a_kill_at_every_step_of_the_swap_leaves_a_servable_index(built, shared_
 def test_a_kill_between_the_two_renames_is_recovered_and_said(built, shared_tiny_beir, tmp_path):
     root = tmp_path / "indexes"
     shutil.copytree(built / "bm25", root / "bm25")
-    steps = int(_build_killed_at(0, shared_tiny_beir, root / "bm25")[1].split()[-1])
+    code, said = _build_killed_at(0, shared_tiny_beir, root / "bm25")
+    assert code == 0, said
+    steps = int(said.split()[-1])
     for step in range(1, steps + 1):
         shutil.rmtree(root)
         shutil.copytree(built / "bm25", root / "bm25")
-        _build_killed_at(step, shared_tiny_beir, root / "bm25")
+        code, said = _build_killed_at(step, shared_tiny_beir, root / "bm25")
+        assert code == -signal.SIGKILL, (step, said[-500:])
         if not (root / "bm25").exists():  # this step fell between the renames
             entries, notes = load_entries(root)
             assert entries["bm25"].available and len(notes) == 1 and "recovered from .bm25.tmp-" in notes[0]

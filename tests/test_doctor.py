@@ -59,6 +59,18 @@ def test_a_healthy_space_is_told_to_change_nothing(healthy):
     assert flat.recall_at_10 == 1.0 and flat.bytes_per_vector == 4 * DIM
 
 
+def test_types_without_flat_are_measured_against_exact_search_in_the_order_given():
+    """The library's caller may leave Flat out (the command line adds it): each type is still measured against
+    exact search, not the first type against itself, and one this sample cannot train stops nothing."""
+    docs, queries, _ = clustered()
+    sample = doctor.Sample(offset_cone(docs[:60]), offset_cone(queries), "cluster centers")
+    types = {name: parse_index_type(name) for name in ("PQ4", "BIN", "SQ8")}  # PQ's 256 centroids need > 60 rows
+    found = doctor.checkup(sample, target=0.9, types=types)
+    raw = [t for t in found.trials if t.repair == "none"]
+    assert [t.factory for t in raw] == ["BIN", "SQ8"] and "PQ4" in found.untried
+    assert raw[0].recall_at_10 < 0.9  # sign bits of a cone, against exact search (1.0 against themselves)
+
+
 def test_a_pure_offset_cone_is_named_and_centering_prescribed_for_a_cheaper_index(healthy):
     docs, queries, _ = clustered()
     coned = doctor.checkup(
