@@ -310,12 +310,13 @@ def demo(folder: Path) -> str:
 
 
 def tests(folder: Path) -> str:
-    """Each run of the suite (the AMX Xeon's, then the AMD EPYC's, before and after xdist's scheduling was mended):
-    pytest's own summary line (its counts and
-    seconds), the record's wall time and its CPU."""
+    """Each run of the suite (the AMX Xeon's, then the AMD EPYC's: before and after xdist's scheduling was mended,
+    then with fewer fresh interpreters): pytest's own summary line (its counts and seconds), the record's wall time
+    and its CPU."""
     rows = []
     epyc = "EPYC, AVX512-BF16, no AMX"
-    for name, cpu in (("tests", "Xeon, AMX"), ("tests-epyc", epyc), ("tests-epyc-loadscope", epyc)):
+    runs = (("tests", "Xeon, AMX"), ("tests-epyc", epyc), ("tests-epyc-loadscope", epyc), ("tests-epyc-forks", epyc))
+    for name, cpu in runs:
         record = load(folder, name)
         summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
         if summary is None:
