@@ -243,12 +243,12 @@ def evaluate_dense(
             # unbuilt: cone:0.5 on vectors already at 0.9, lance:IVF_PQ on < 256 vectors, ...
             if swept.reason is not None:
                 results.append(EvalResult(swept.kind, None, reason=swept.reason))
-            elif swept.reference:
+                continue
+            if swept.reference:
                 values, samples = _exact_row(swept.built, swept.found, data, encoded)
-                results.append(EvalResult(swept.kind, swept.built.folder.name, metrics=values, samples=samples))
             else:
                 values, samples = _approximate_row(swept.built, swept.found, swept.recall_at_10, data, encoded)
-                results.append(EvalResult(swept.kind, swept.built.folder.name, metrics=values, samples=samples))
+            results.append(EvalResult(swept.kind, swept.built.folder.name, metrics=values, samples=samples))
     return results
 
 

@@ -10,8 +10,8 @@ A repair counts only where its per-query recall@10 beats the index's by the pair
 for the repairs tried); the prescription is the cheapest such repair that reaches the target, else the best one,
 with its bytes per vector. Nothing is prescribed to an index that already keeps the target.
 
-Each store reads its user's index and writes its repairs (``Store.open_user``, ``Store.repairs``:
-cone.indexing.user_index); this module measures them alike, whatever the store.
+Each store reads its user's index (``Store.open_user``; cone.indexing.user_index) and writes its repairs; this
+module measures them alike, whatever the store.
 """
 
 from __future__ import annotations

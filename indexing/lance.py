@@ -137,6 +137,15 @@ def _dataset_files(dataset: Path) -> dict[str, int]:
     return {str(p.relative_to(dataset)): p.stat().st_size for p in sorted(dataset.rglob("*")) if p.is_file()}
 
 
+def _per_query(found: object, n_queries: int, k: int, key: np.ndarray) -> list[np.ndarray]:
+    """The positions of each query's results in a search of several queries (LanceDB returns them as one table,
+    ``query_index`` telling them apart; a single query's has none), in ascending ``key`` order, at most ``k``."""
+    names = found.column_names
+    which = found["query_index"].to_numpy() if "query_index" in names else np.zeros(found.num_rows, dtype=np.int64)
+    mine = (np.flatnonzero(which == q) for q in range(n_queries))
+    return [positions[np.argsort(key[positions], kind="stable")][:k] for positions in mine]
+
+
 class LanceCodes:
     """A Lance table of (row, id, vector) with an index of one LanceDB type; the Codes interface of
     cone.indexing.factory: ``search`` gives cosines and rows, ``vectors`` the stored float32 rows, ``write``."""
@@ -262,16 +271,9 @@ class LanceCodes:
             found = query.to_arrow()
         except (RuntimeError, OSError, ValueError) as exc:
             raise DamagedIndex(f"Lance table unreadable ({_first_line(exc)})") from None
-        which = (
-            found["query_index"].to_numpy()
-            if "query_index" in found.column_names
-            else np.zeros(found.num_rows, dtype=np.int64)
-        )
         found_rows = found["row"].to_numpy()
         cosines = similarity(found["_distance"].to_numpy(), self._distance_kind())
-        for q in range(len(queries)):
-            mine = np.flatnonzero(which == q)
-            order = mine[np.argsort(-cosines[mine], kind="stable")][:k]
+        for q, order in enumerate(_per_query(found, len(queries), k, -cosines)):
             scores[q, : len(order)], rows[q, : len(order)] = cosines[order], found_rows[order]
         return scores, rows
 
@@ -383,12 +385,9 @@ def _user_search(tbl: object, column: str, metric: str, row_of: dict[int, int]) 
     def search(queries: np.ndarray, k: int) -> np.ndarray:
         query = tbl.search(list(np.asarray(queries, dtype=np.float32)), vector_column_name=column)
         found = query.distance_type(metric).limit(k).with_row_id(True).to_arrow()
-        which = found["query_index"].to_numpy() if "query_index" in found.column_names else np.zeros(found.num_rows)
-        distances, ids = found["_distance"].to_numpy(), found["_rowid"].to_numpy()
+        ids = found["_rowid"].to_numpy()
         rows = np.full((len(queries), k), -1, dtype=np.int64)
-        for q in range(len(queries)):
-            mine = np.flatnonzero(which == q)
-            mine = mine[np.argsort(distances[mine], kind="stable")][:k]
+        for q, mine in enumerate(_per_query(found, len(queries), k, found["_distance"].to_numpy())):
             rows[q, : len(mine)] = [row_of[int(r)] for r in ids[mine]]
         return rows
 
