@@ -150,8 +150,8 @@ def _sample(args: argparse.Namespace) -> doctor.Sample:
     if args.types is not None:
         doctor.check_types(args.types, encoder.dim)  # before any encoding
 
-    def encode(texts: list[str]) -> np.ndarray:
-        return encoder.encode(texts, progress=not args.no_progress)
+    def encode(texts: list[str], role: str) -> np.ndarray:
+        return encoder.encode(texts, progress=not args.no_progress, role=role)
 
     doc_vectors = None
     if dataset is not None and len(dataset.corpus) <= 2 * args.sample:

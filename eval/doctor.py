@@ -17,6 +17,7 @@ import numpy as np
 from scipy.stats import false_discovery_control
 
 from cone.data.loaders import RetrievalDataset, doc_text
+from cone.encoders.base import DOCUMENT, QUERY
 from cone.errors import InputError
 from cone.eval import metrics
 from cone.eval.recall import K, recall_sweep
@@ -377,7 +378,7 @@ def split_vectors(vectors: np.ndarray, n_docs: int, n_queries: int, seed: int = 
 
 def sample_corpus(
     documents: dict[str, dict[str, str]],
-    encode: Callable[[list[str]], np.ndarray],
+    encode: Callable[[list[str], str], np.ndarray],
     n_docs: int,
     n_queries: int,
     dataset: RetrievalDataset | None = None,
@@ -389,7 +390,7 @@ def sample_corpus(
     documents are the queries. ``doc_vectors``: ids -> their vectors, where the caller has them (a cache)."""
     rng = np.random.default_rng(seed)
     ids = sorted(documents)
-    doc_vectors = doc_vectors or (lambda chosen: encode([doc_text(documents[d]) for d in chosen]))
+    doc_vectors = doc_vectors or (lambda chosen: encode([doc_text(documents[d]) for d in chosen], DOCUMENT))
     if dataset is None or not dataset.qrels:
         picked = [ids[i] for i in rng.permutation(len(ids))[: n_docs + min(n_queries, len(ids) // 10)]]
         return split_vectors(doc_vectors(picked), n_docs, n_queries, seed)
@@ -399,7 +400,7 @@ def sample_corpus(
     picked = sorted(judged + extra)
     query_ids = sorted(dataset.qrels)[:n_queries]
     docs = doc_vectors(picked)
-    queries = encode([dataset.queries[q] for q in query_ids])
+    queries = encode([dataset.queries[q] for q in query_ids], QUERY)
     qrels = {q: dataset.qrels[q] for q in query_ids}
     return Sample(docs, queries, f"the dataset's test queries ({dataset.name})", _ndcg(query_ids, picked, qrels))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cone.data.loaders import RetrievalDataset, StsPairs, load_beir, load_sts
-from cone.encoders.base import Encoder, Layer, LayeredEncoder, Runtime
+from cone.encoders.base import QUERY, Encoder, Layer, LayeredEncoder, Runtime
 from cone.encoders.cluster import encoder_for
 from cone.encoders.registry import load_encoder
 from cone.errors import InputError, ModelUnavailable
@@ -160,7 +160,8 @@ def encode_eval_data(
     for name, pairs in data.sts.items():
         bounds[name] = len(texts)
         texts += pairs.sentence1 + pairs.sentence2
-    found = encoder.encode_layers(texts, layers, progress=progress)
+    # STS pairs are symmetric: both sides are encoded as queries (E5's model card: "query: " on both sides).
+    found = encoder.encode_layers(texts, layers, progress=progress, role=QUERY)
     encoded = {}
     for layer, vectors in found.items():
         sts = {}

@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from cone.data.loaders import RetrievalDataset, doc_text
-from cone.encoders.base import Encoder, Layer, LayeredEncoder
+from cone.encoders.base import QUERY, Encoder, Layer, LayeredEncoder
 from cone.errors import DamagedIndex, InputError
 from cone.geometry import histogram, measure, pair_cosines, spread, unit_rows
 from cone.geometry.summary import Geometry, PairCosines
@@ -296,7 +296,11 @@ class DenseIndex:
     def embed(self, queries: Queries, progress: bool = False) -> np.ndarray:
         """Texts (or the encoder's raw vectors of them) -> the index's space: the corpus-fitted correction,
         then unit norm."""
-        raw = queries if isinstance(queries, np.ndarray) else self.encoder.encode(list(queries), progress=progress)
+        raw = (
+            queries
+            if isinstance(queries, np.ndarray)
+            else self.encoder.encode(list(queries), progress=progress, role=QUERY)
+        )
         if raw.ndim != 2 or raw.shape[1] != self.encoder.dim:
             raise InputError(f"query vectors of shape {raw.shape} for a {self.encoder.dim}-dim index")
         return unit_rows(pp.apply(raw, self.params))

@@ -11,25 +11,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from cone.encoders.registry import LM_MODELS, missing
+from cone.encoders.registry import build_rank, missing
 from cone.errors import ConeError, Interrupted, ModelUnavailable
 from cone.eval.harness import EvalData, build_indexes
 from cone.eval.plan import EvalPlan
 from cone.eval.report import ReportFiles
 from cone.indexing.spec import LEXICAL
-from cone.models.checkpoint import FINETUNED_MODELS
 from cone.service.progress import BUILDING, EVALUATING, STOPPED, BuildProgress
-
-# Fastest first, by the work of encoding a corpus: BM25 only tokenizes; the project's LMs and their fine-tuned
-# encoders are 4 blocks of 256; MiniLM 6 of 384; RoBERTa 12 of 768; an st:PATH model, unknown, after them.
-BUILD_ORDER = (LEXICAL, *LM_MODELS, *FINETUNED_MODELS, "minilm", "roberta")
 
 
 def build_order(models: list[str], checkpoints: Path | None) -> list[str]:
-    """The models to build, fastest first; one without weights is left to the eval, which says why."""
-    rank = {model: i for i, model in enumerate(BUILD_ORDER)}
+    """The models to build, fastest first by the work of encoding a corpus (BM25 only tokenizes; each encoder's
+    entry says its blocks x width; an st:PATH model, unknown, last); one without weights is left to the eval, which
+    says why."""
     chosen = [model for model in models if missing(model, checkpoints) is None]
-    return sorted(chosen, key=lambda model: rank.get(model, len(BUILD_ORDER)))
+    return sorted(chosen, key=lambda model: -1.0 if model == LEXICAL else build_rank(model))
 
 
 def build_each(

@@ -22,14 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cone.encoders.registry import Encoders, missing
+from cone.encoders.registry import Encoders, changing_weights, missing
 from cone.errors import ConeError, DamagedIndex, ModelUnavailable
 from cone.indexing import store
 from cone.indexing.index import Hit, Index, SearchResult
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 from cone.indexing.open import open_index
 from cone.indexing.spec import MODEL_NAMES
-from cone.models.checkpoint import FINETUNED_MODELS, LM_MODELS, checkpoints_dir
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
 from cone.service.limits import one_line
 from cone.service.progress import BuildProgress, ModelProgress
@@ -126,12 +125,8 @@ def files_state(folder: Path) -> tuple | None:
 
 def _source(path: Path, model: str, checkpoints: Path | None) -> tuple | None:
     """``files_state`` of an index folder and of its model's weights where they are files that can change (a
-    checkpoint folder, st:PATH; the packaged minilm and roberta cannot)."""
-    weights = None
-    if model in LM_MODELS or model in FINETUNED_MODELS:
-        weights = checkpoints_dir(checkpoints) / model
-    elif model.startswith("st:"):
-        weights = Path(model[3:])
+    checkpoint folder, st:PATH; weights installed as a package cannot)."""
+    weights = changing_weights(model, checkpoints)
     folder, model_files = files_state(path), files_state(weights) if weights else ()
     return None if folder is None or model_files is None else (folder, model_files)
 

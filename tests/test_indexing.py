@@ -11,7 +11,7 @@ import pytest
 from cone.cli import main
 from cone.data.loaders import load_beir, load_sts
 from cone.encoders.registry import Encoders, load_encoder, missing
-from cone.encoders.st import ROBERTA_PATH_ENV, roberta
+from cone.encoders.roberta import ROBERTA_PATH_ENV, roberta
 from cone.errors import ConeError, DamagedIndex, InputError, ModelUnavailable
 from cone.indexing import postprocess as pp
 from cone.indexing import store
@@ -318,7 +318,7 @@ def test_pq_skips_polysemous_training_only_where_no_search_reads_it(factory):
 def test_the_shipped_minilm_loads_without_transformers_load_noise(capfd):
     from transformers.utils import logging as hf_logging
 
-    from cone.encoders.st import minilm
+    from cone.encoders.minilm import minilm
 
     before = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     assert minilm().encode(["a protein"]).shape == (1, 384)
