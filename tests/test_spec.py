@@ -148,9 +148,9 @@ def test_a_folder_written_before_the_spec_is_reused_by_its_spec_and_refused_by_a
 
 def test_bm25_is_an_index_kind_read_at_the_edge_and_no_encoder(tmp_path):
     assert "bm25" not in ENCODER_NAMES and (*ENCODER_NAMES, "bm25") == MODEL_NAMES
-    with pytest.raises(InputError, match="unknown model 'bm25'; choose from .*minilm, e5 or st:PATH"):
+    with pytest.raises(InputError, match="unknown model 'bm25'; choose from .*minilm, e5, mpnet or st:PATH"):
         load_encoder("bm25")  # the encoder registry knows encoders only
-    with pytest.raises(InputError, match="unknown model 'bm2'; choose from .*minilm, e5, bm25 or st:PATH"):
+    with pytest.raises(InputError, match="unknown model 'bm2'; choose from .*minilm, e5, mpnet, bm25 or st:PATH"):
         model_spec("bm2")
     lexical = model_spec("bm25")
     assert lexical == IndexSpec.bm25() and lexical.lexical and lexical.kind == LEXICAL
