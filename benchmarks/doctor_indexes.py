@@ -1,4 +1,5 @@
-"""The three indexes a user might already hold on MiniLM's SciFact vectors, for ``cone doctor --index``.
+"""The three indexes a user might already hold on a model's SciFact vectors (MiniLM's, or ``--model e5``'s real
+cone), for ``cone doctor --index``.
 
 Writes into OUT: ``vectors.npy`` (the 5,183 corpus vectors, unit rows, in cone's row order: sorted document ids),
 ``queries.npy`` (the 300 test queries, unit rows, sorted query ids), ``qrels.tsv`` (the test qrels with those row
@@ -7,7 +8,7 @@ build them: ``pq48.faiss`` (FAISS ``PQ48``, inner product), ``lancedb/`` (table 
 ``dot``, cone's partitions and sub-vectors) and ``i8.usearch`` (USearch's HNSW with its ``i8`` codec, ``cos``).
 The corpus vectors come through cone's embedding cache (encoded once, as ``cone index`` and ``cone eval`` do).
 
-Usage: python benchmarks/doctor_indexes.py OUT [--inject cone:0.99]
+Usage: python benchmarks/doctor_indexes.py OUT [--inject cone:0.99] [--model e5]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import faiss
 import numpy as np
 
 from cone.data.loaders import data_dir, load_beir
+from cone.encoders.base import QUERY
 from cone.encoders.registry import load_encoder
 from cone.geometry import unit_rows
 from cone.indexing import postprocess as pp
@@ -32,15 +34,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--inject", default="none", help="a synthetic degradation of the vectors (cone:0.99)")
+    parser.add_argument("--model", default="minilm", help="the encoder (default minilm; e5 for a real cone)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.out.mkdir(parents=True, exist_ok=True)
 
     dataset = load_beir(data_dir(), "scifact")
-    encoder = load_encoder("minilm")
+    encoder = load_encoder(args.model)
     docs = corpus_vectors(encoder, dataset, progress=False)
     query_ids = sorted(dataset.qrels)
-    queries = encoder.encode([dataset.queries[q] for q in query_ids], progress=False)
+    queries = encoder.encode([dataset.queries[q] for q in query_ids], progress=False, role=QUERY)
     fitted = pp.fit(docs, pp.parse(args.inject))  # fitted on the documents, applied to both, as an index would
     docs = np.ascontiguousarray(unit_rows(pp.apply(docs, fitted)), dtype=np.float32)
     queries = np.ascontiguousarray(unit_rows(pp.apply(queries, fitted)), dtype=np.float32)
