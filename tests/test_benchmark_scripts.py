@@ -138,3 +138,13 @@ def test_the_load_limit_is_the_better_of_its_two_ways_and_cpu_seconds_are_counte
     assert bench["connection_counts"]("16,64") == [16, 64]
     with pytest.raises(argparse.ArgumentTypeError):
         bench["connection_counts"]("16,0")
+
+
+def test_make_install_installs_every_program_a_benchmark_or_test_looks_for():
+    """A program found with shutil.which (wrk, chromium) is one `make install` installs, so each documented command
+    runs on a fresh clone."""
+    sources = [*SCRIPTS, *sorted((ROOT / "tests").glob("*.py"))]
+    wanted = {name for path in sources for name in re.findall(r"""which\(["'](\w+)["']\)""", path.read_text())}
+    debian = re.search(r"^DEBIAN := (.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert wanted and debian and wanted <= set(debian.group(1).split())
+    assert "$(DEBIAN)" in (ROOT / "Makefile").read_text()
