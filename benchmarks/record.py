@@ -23,12 +23,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cone.cpu import cpu_flags, cpu_name
+from cone.cpu import cpu_name, speed_flags
 from cone.output import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
-# The flags that decide which kernels run: vector width, native bf16 and int8 dot products, AMX tiles.
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
 TAIL_LINES = 40
 
 
@@ -46,11 +44,10 @@ def paths_of_status(porcelain: str) -> list[str]:
 
 
 def machine() -> dict:
-    flags = cpu_flags()
     return {
         "cpu": cpu_name(),
         "cores": os.cpu_count(),
-        "flags": [flag for flag in SPEED_FLAGS if flag in flags],
+        "flags": speed_flags(),
         "load_1min_before": os.getloadavg()[0],
     }
 
