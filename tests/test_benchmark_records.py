@@ -55,6 +55,30 @@ def test_the_recorder_writes_the_record_and_exits_with_the_benchmarks_status(tmp
     assert absent.returncode == 2 and "cannot run no-such-program" in absent.stderr and "Traceback" not in absent.stderr
 
 
+def test_a_script_on_the_runner_writes_the_same_record_itself(tmp_path, monkeypatch, capsys):
+    """run_benchmark (record.py), through index_sizes.py: --record OUT writes record.py's record in the script's own
+    process, --json prints the result alone, and bad input is one line."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as `python benchmarks/index_sizes.py` has it
+    main, out = script("index_sizes")["main"], tmp_path / "r.json"
+    fixtures = ROOT / "tests" / "fixtures" / "index-0.1.0"
+
+    def run(*argv: object) -> str:
+        monkeypatch.setattr(sys, "argv", ["index_sizes.py", *map(str, argv)])
+        main()
+        return capsys.readouterr().out
+
+    assert run(fixtures, "--record", out) == ""
+    found = json.loads(out.read_text())
+    assert set(found) == FIELDS | {"changed_files"} and found["returncode"] == 0 and found["peak_rss_mib"] > 0
+    assert found["command"] == f"python benchmarks/index_sizes.py {fixtures} --record {out}"
+    assert json.loads(run(fixtures, "--json")) == found["result"] and set(found["result"]) == {"baseline", "bm25"}
+    assert run(fixtures).startswith("baseline: 30 documents, d = 256, Flat\n")
+    with pytest.raises(SystemExit) as refused:
+        run(tmp_path)
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and err == f"index_sizes.py: no index in {tmp_path}\n"
+
+
 def test_index_bench_prints_its_faiss_rows_as_json():
     argv = ["--ann-only", "--n", "2000", "--queries", "20", "--factories", "IVF8,Flat", "--json"]
     done = subprocess.run(

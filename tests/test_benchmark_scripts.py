@@ -51,13 +51,18 @@ def script_calls(argv: list[str]) -> list[tuple[str, list[str]]]:
 CALLS = sorted({(script, tuple(args)) for argv in documented_commands() for script, args in script_calls(argv)})
 
 
+@pytest.fixture(autouse=True)
+def _scripts_folder_on_path(monkeypatch):
+    """As `python benchmarks/NAME.py` puts its own folder first: the scripts import record.py, their runner."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+
+
 class Parsed(Exception):
     """Raised where a benchmark would start its work, once its command line has parsed."""
 
 
 def run_main(script: Path, argv: list[str], monkeypatch) -> None:
     """The script's main() on ``argv``, as `python benchmarks/NAME.py ARGV` would call it."""
-    monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/NAME.py` puts its own folder first
     monkeypatch.setattr(sys, "argv", [str(script), *argv])
     runpy.run_path(str(script), run_name="benchmark_under_test")["main"]()
 
@@ -148,3 +153,19 @@ def test_make_install_installs_every_program_a_benchmark_or_test_looks_for():
     debian = re.search(r"^DEBIAN := (.*)$", (ROOT / "Makefile").read_text(), re.M)
     assert wanted and debian and wanted <= set(debian.group(1).split())
     assert "$(DEBIAN)" in (ROOT / "Makefile").read_text()
+
+
+def test_a_runner_scripts_text_shows_its_committed_records(monkeypatch):
+    """A script on the runner (record.py's run_benchmark: a measure and a show) prints as text what its records hold."""
+    shown = 0
+    for record in RECORDS:
+        found = json.loads(record.read_text())
+        script = next((w for w in shlex.split(found["command"]) if w.startswith("benchmarks/")), "")
+        if not script.endswith(".py"):
+            continue
+        namespace = runpy.run_path(str(ROOT / script), run_name="benchmark_under_test")
+        if "show" in namespace and "measure" in namespace:
+            text = namespace["show"](found["result"])
+            assert isinstance(text, str) and len(text.splitlines()) >= 2, record.name
+            shown += 1
+    assert shown >= 4  # train-speed, regularizer-cost, sweep-cost, index-sizes
