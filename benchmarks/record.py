@@ -22,12 +22,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cone.cpu import cpu_name, speed_flags
 from cone.errors import InputError
-from cone.output import git_commit
+from cone.output import git_commit, stdout_to_stderr
 
 ROOT = Path(__file__).resolve().parents[1]
 TAIL_LINES = 40
@@ -121,7 +122,8 @@ def run_benchmark(
     command = ["python", f"benchmarks/{parser.prog}", *(sys.argv[1:] if argv is None else argv)]
     found, start = started(command) if args.record else {}, time.perf_counter()
     try:
-        result = measure(args)
+        with stdout_to_stderr() if args.json or args.record else nullcontext():  # stdout: the JSON alone
+            result = measure(args)
     except InputError as error:  # bad input: one line, as cone's commands say it
         parser.exit(2, f"{parser.prog}: {error}\n")
     if args.record is None:
