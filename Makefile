@@ -1,13 +1,17 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Debian's programs that cone's tests and benchmarks run (package = program): chromium for the page's browser test,
+# wrk for benchmarks/load_bench.py's load. Only the missing ones are installed (root needed).
+DEBIAN := chromium wrk
 
 .PHONY: install demo test test-fast lint
 
-install: $(STAMP)  ## the virtual environment with cone and its test tools (+ Debian's chromium for the page test)
+install: $(STAMP)  ## the virtual environment with cone and its test tools (+ Debian's chromium and wrk: DEBIAN)
 
 $(STAMP): pyproject.toml
-	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	missing=$$(for p in $(DEBIAN); do command -v $$p >/dev/null || echo $$p; done); [ -z "$$missing" ] || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing)
 	python3.11 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e '.[dev,openvino,finetune,ray,lancedb,usearch,e5,mpnet]'

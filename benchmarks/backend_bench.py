@@ -5,25 +5,25 @@ torch, and the precision OpenVINO actually runs each matrix product in (which ke
 The quality cost on the full SciFact and STS-B comes from the eval:
     cone eval --models minilm --backend torch,openvino --quantize none,bf16,int8 --out docs/eval-backends
 
-Usage: python benchmarks/backend_bench.py [--model minilm] [--docs 500] [--rounds 3] [--data-dir DIR] [--json]
+Usage: python benchmarks/backend_bench.py [--model minilm] [--docs 500] [--rounds 3] [--data-dir DIR]
+       [--json | --record OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
 from cone.cpu import cpu_flags
 from cone.data.loaders import data_dir, doc_text, load_beir
 from cone.encoders.base import BACKENDS, SUPPORTED, TORCH, Runtime
 from cone.encoders.registry import load_encoder
 from cone.errors import ConeError, ModelUnavailable
-from cone.output import stdout_to_stderr
 
 REFERENCE = "sentence-transformers torch encode"
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
@@ -101,6 +101,20 @@ def measure(args: argparse.Namespace) -> dict:
     }
 
 
+def show(result: dict) -> str:
+    lines = [
+        f"{result['model']}: {result['docs']} SciFact documents, median of {result['rounds']} interleaved rounds",
+        f"CPU: {', '.join(result['cpu_flags'])}",
+    ]
+    for row in result["rows"]:
+        extra = ""
+        if "min_cos_vs_fp32" in row:
+            extra = f"  min cos vs fp32 {row['min_cos_vs_fp32']:.5f}  matmuls {row['matmul_precisions'] or '-'}"
+        lines.append(f"  {row['variant']:36s} {row['docs_per_s']:7.1f} docs/s  {row['ratio']:5.2f}x{extra}")
+    lines += [f"  {'cone ' + tag:36s} unavailable: {reason}" for tag, reason in result["unavailable"].items()]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm", help="minilm, roberta or st:PATH")
@@ -108,23 +122,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    if args.json:  # the libraries' progress (exports, calibration) to stderr: stdout is the JSON alone
-        with stdout_to_stderr():
-            result = measure(args)
-        print(json.dumps(result, indent=2))
-        return
-    result = measure(args)
-    print(f"{args.model}: {result['docs']} SciFact documents, median of {args.rounds} interleaved rounds")
-    print(f"CPU: {', '.join(result['cpu_flags'])}")
-    for row in result["rows"]:
-        extra = ""
-        if "min_cos_vs_fp32" in row:
-            extra = f"  min cos vs fp32 {row['min_cos_vs_fp32']:.5f}  matmuls {row['matmul_precisions'] or '-'}"
-        print(f"  {row['variant']:36s} {row['docs_per_s']:7.1f} docs/s  {row['ratio']:5.2f}x{extra}")
-    for tag, reason in result["unavailable"].items():
-        print(f"  {'cone ' + tag:36s} unavailable: {reason}")
+    run_benchmark(parser, measure, show)
 
 
 if __name__ == "__main__":

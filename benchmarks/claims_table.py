@@ -7,7 +7,7 @@ line of each checkpoint's train_log.jsonl; the reference column is the study bei
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -119,9 +119,11 @@ def report(path: Path) -> dict:
 
 
 def main() -> None:
-    if len(sys.argv) != 3:
-        raise SystemExit(__doc__.strip().splitlines()[2])
-    base_path, reg_path = Path(sys.argv[1]), Path(sys.argv[2])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("baseline", type=Path, help="the baseline checkpoint (λ = 0)")
+    parser.add_argument("regularized", type=Path, help="the regularized checkpoint")
+    args = parser.parse_args()
+    base_path, reg_path = args.baseline, args.regularized
     if load_tokenizer(base_path / TOKENIZER).get_vocab() != load_tokenizer(reg_path / TOKENIZER).get_vocab():
         raise SystemExit("the two checkpoints' tokenizers differ: their heading positions cannot be paired")
     base, reg = report(base_path), report(reg_path)

@@ -2,18 +2,18 @@
 encoder, and at scale FAISS flat vs approximate factories (queries/s, recall@10 vs flat).
 
 Usage: python benchmarks/index_bench.py [--docs 1000] [--n 1000000] [--factories IVF1024,Flat HNSW32]
-       [--ann-only | --encoders-only] [--json]
+       [--ann-only | --encoders-only] [--json | --record OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import faiss
 import numpy as np
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
 from cone.data.loaders import data_dir, doc_text, load_beir
 from cone.encoders.registry import load_encoder
@@ -103,8 +103,10 @@ def main() -> None:
     only.add_argument("--ann-only", action="store_true", help="skip the encoder part")
     only.add_argument("--encoders-only", action="store_true", help="skip the FAISS part")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = parser.parse_args()
+    run_benchmark(parser, measure, show)
+
+
+def measure(args: argparse.Namespace) -> dict:
     result: dict = {}
     if not args.ann_only:
         result["encoders"] = encoders_part(args)
@@ -114,25 +116,28 @@ def main() -> None:
             "queries": args.queries,
             "rows": ann_at_scale(args.n, args.queries, args.factories),
         }
-    if args.json:
-        print(json.dumps(result, indent=1))
-        return
+    return result
+
+
+def show(result: dict) -> str:
+    lines = []
     if "encoders" in result:
         found = result["encoders"]
-        print(f"encoding {found['docs']} SciFact documents (median of {found['rounds']} interleaved rounds):")
-        for name, value in found["docs_per_s"].items():
-            print(f"  {name:32s} {value:8.1f} docs/s")
-        print(f"  ratio cone / sentence-transformers: {found['ratio']:.3f}")
+        lines.append(f"encoding {found['docs']} SciFact documents (median of {found['rounds']} interleaved rounds):")
+        lines += [f"  {name:32s} {value:8.1f} docs/s" for name, value in found["docs_per_s"].items()]
+        lines.append(f"  ratio cone / sentence-transformers: {found['ratio']:.3f}")
     if "ann" in result:
-        print(
-            f"\nFAISS at scale: {args.n:,} unit vectors of d=256 in {args.n // 50:,} clusters, {args.queries} queries, "
+        n, queries = result["ann"]["n"], result["ann"]["queries"]
+        lines.append(
+            f"\nFAISS at scale: {n:,} unit vectors of d=256 in {n // 50:,} clusters, {queries} queries, "
             "recall@10 vs Flat"
         )
-        for row in result["ann"]["rows"]:
-            print(
-                f"  {row['factory']:28s} build {row['build_s']:7.1f} s  {row['qps']:9.0f} q/s  "
-                f"recall@10 {row['recall_at_10']:.3f}"
-            )
+        lines += [
+            f"  {row['factory']:28s} build {row['build_s']:7.1f} s  {row['qps']:9.0f} q/s  "
+            f"recall@10 {row['recall_at_10']:.3f}"
+            for row in result["ann"]["rows"]
+        ]
+    return "\n".join(lines)
 
 
 def encoders_part(args: argparse.Namespace) -> dict:

@@ -1,6 +1,6 @@
 """Bytes per document of every file of every index in a folder of indexes, read from disk.
 
-Usage: python benchmarks/index_sizes.py INDEX_DIR [--json]
+Usage: python benchmarks/index_sizes.py INDEX_DIR [--json | --record OUT]
 For each index (a folder with a manifest): its documents, dimension, factory and each file's bytes, total and per
 document, and the same by part (a file, or the files of a folder two levels down: a Lance table's data,
 _indices). docs/scaling.md scales these per-document figures to 100 M documents.
@@ -9,9 +9,11 @@ _indices). docs/scaling.md scales these per-document figures to 100 M documents.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
+
+from cone.errors import InputError
 from cone.indexing.manifest import MANIFEST, read_manifest
 
 
@@ -39,22 +41,26 @@ def sizes(folder: Path) -> dict:
     }
 
 
+def measure(args: argparse.Namespace) -> dict:
+    folders = sorted(p for p in args.indexes.iterdir() if (p / MANIFEST).is_file())
+    if not folders:
+        raise InputError(f"no index in {args.indexes}")
+    return {folder.name: sizes(folder) for folder in folders}
+
+
+def show(found: dict) -> str:
+    lines = []
+    for name, index in found.items():
+        lines.append(f"{name}: {index['n_docs']:,} documents, d = {index['dim']}, {index['index_factory']}")
+        for part, per_doc in index["parts_per_doc"].items():
+            lines.append(f"  {part:28s} {index['parts'][part]:>12,} B  {per_doc:10.1f} B per document")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("indexes", type=Path, help="a folder of indexes (cone index --out)")
-    parser.add_argument("--json", action="store_true", help="print the sizes as JSON")
-    args = parser.parse_args()
-    folders = sorted(p for p in args.indexes.iterdir() if (p / MANIFEST).is_file())
-    if not folders:
-        parser.exit(2, f"index_sizes.py: no index in {args.indexes}\n")
-    found = {folder.name: sizes(folder) for folder in folders}
-    if args.json:
-        print(json.dumps(found, indent=1))
-        return
-    for name, index in found.items():
-        print(f"{name}: {index['n_docs']:,} documents, d = {index['dim']}, {index['index_factory']}")
-        for part, per_doc in index["parts_per_doc"].items():
-            print(f"  {part:28s} {index['parts'][part]:>12,} B  {per_doc:10.1f} B per document")
+    run_benchmark(parser, measure, show)
 
 
 if __name__ == "__main__":

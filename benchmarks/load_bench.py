@@ -295,7 +295,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
-        raise SystemExit("wrk not found: apt-get install wrk")
+        raise SystemExit("wrk not found: `make install` installs it (the Debian package wrk)")
     if args.limit and args.batching and "," in args.batching:
         parser.error("--limit serves one batching setting")
     if not args.limit and args.connections and len(args.connections) > 1:

@@ -12,13 +12,12 @@ On one machine Ray cannot be faster (same cores); the ratio is its overhead. Bui
 the median of --rounds is reported.
 
 Usage: python benchmarks/ray_bench.py [--model baseline] [--docs N | --stream] [--actors 2] [--rounds 2]
-                                      [--data-dir DIR]
+                                      [--data-dir DIR] [--json | --record OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -26,10 +25,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
 from cone.data.loaders import RetrievalDataset, data_dir, dataset_folder, load_beir
 from cone.encoders.cluster import EncoderRecipe, RayEncoder, RayOptions, connected
 from cone.encoders.registry import load_encoder
+from cone.errors import InputError
 from cone.indexing.dense import build_dense
 from cone.indexing.open import open_index
 from cone.indexing.spec import parse_index_type
@@ -78,10 +79,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--stream", action="store_true", help=f"streamed builds ({STREAM_FACTORY}, {STREAM_SEARCH})")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    run_benchmark(parser, measure, show)
+
+
+def measure(args: argparse.Namespace) -> dict:
     if args.stream and args.docs is not None:
-        parser.error("--stream reads the whole corpus file: --docs does not apply")
+        raise InputError("--stream reads the whole corpus file: --docs does not apply")
     root = data_dir(args.data_dir)
     stream_from = dataset_folder(root, "scifact") if args.stream else None
     dataset = subset(load_beir(root, "scifact"), args.docs)
@@ -98,7 +101,7 @@ def main() -> None:
             seconds["local"].append(timed_build(local, dataset, out / "local", stream_from))
             seconds["ray"].append(timed_build(on_ray, dataset, out / "ray", stream_from))
     rate = {path: n / statistics.median(times) for path, times in seconds.items()}
-    result = {
+    return {
         "model": args.model,
         "build": f"streamed {STREAM_FACTORY}" if args.stream else "in memory",
         "docs": n,
@@ -112,14 +115,15 @@ def main() -> None:
         "ray_vs_local": round(rate["ray"] / rate["local"], 3),
         **compare(out / "local", out / "ray", dataset),
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print(f"{args.model}, {n:,} SciFact documents ({result['build']}), {args.actors} actors on {os.cpu_count()} cores")
-    print(f"  local: {rate['local']:.1f} docs/s   ray: {rate['ray']:.1f} docs/s   = {result['ray_vs_local']:.2f}x")
-    print(f"  cluster start {cluster_start:.1f} s (once per command, not in the rates)")
-    print(
-        f"  max |vector difference| {result['max_abs_vector_difference']:.2e}; same top 10 for "
+
+
+def show(result: dict) -> str:
+    rate = result["docs_per_s"]
+    return (
+        f"{result['model']}, {result['docs']:,} SciFact documents ({result['build']}), {result['actors']} actors on "
+        f"{result['cores']} cores\n  local: {rate['local']:.1f} docs/s   ray: {rate['ray']:.1f} docs/s   = "
+        f"{result['ray_vs_local']:.2f}x\n  cluster start {result['cluster_start_s']:.1f} s (once per command, not in "
+        f"the rates)\n  max |vector difference| {result['max_abs_vector_difference']:.2e}; same top 10 for "
         f"{result['queries_with_the_same_top10']} of {result['queries']} test queries"
     )
 

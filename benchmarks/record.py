@@ -1,6 +1,7 @@
 """Run a benchmark and keep what it measured, with what a reader needs to weigh it.
 
 Usage: python benchmarks/record.py OUT.json [--note TEXT] -- COMMAND [ARG ...]
+A benchmark script that runs through ``run_benchmark`` (below) writes the same record itself: ``--record OUT``.
 
 COMMAND's standard output is its result: parsed as JSON where it is JSON (the benchmarks' ``--json``), else kept as
 its last 40 lines; its standard error passes through (progress). The record adds the command, the commit and the
@@ -20,15 +21,16 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cone.cpu import cpu_flags, cpu_name
-from cone.output import git_commit
+from cone.cpu import cpu_name, speed_flags
+from cone.errors import InputError
+from cone.output import git_commit, stdout_to_stderr
 
 ROOT = Path(__file__).resolve().parents[1]
-# The flags that decide which kernels run: vector width, native bf16 and int8 dot products, AMX tiles.
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
 TAIL_LINES = 40
 
 
@@ -46,11 +48,10 @@ def paths_of_status(porcelain: str) -> list[str]:
 
 
 def machine() -> dict:
-    flags = cpu_flags()
     return {
         "cpu": cpu_name(),
         "cores": os.cpu_count(),
-        "flags": [flag for flag in SPEED_FLAGS if flag in flags],
+        "flags": speed_flags(),
         "load_1min_before": os.getloadavg()[0],
     }
 
@@ -62,8 +63,8 @@ def parse_output(stdout: str):
         return {"stdout_tail": stdout.splitlines()[-TAIL_LINES:]}
 
 
-def record(command: list[str], note: str | None = None) -> dict:
-    """Runs ``command`` and returns its record: a failing exit is recorded, not raised (OSError: no such program)."""
+def started(command: list[str], note: str | None = None) -> dict:
+    """A record's fields taken before the benchmark runs: the command, the commit and the machine."""
     changed = changed_files()
     found = {
         "command": shlex.join(command),
@@ -75,15 +76,61 @@ def record(command: list[str], note: str | None = None) -> dict:
     }
     if note:
         found["note"] = note
+    return found
+
+
+def finished(found: dict, wall_s: float, peak_rss_kib: int, returncode: int, result) -> dict:
+    """``found`` with what the run gave: its time, the load after it, its peak resident set, its exit and result."""
+    found["wall_s"] = round(wall_s, 2)
+    found["load_1min_after"] = os.getloadavg()[0]
+    found["peak_rss_mib"] = round(peak_rss_kib / 1024, 1)  # ru_maxrss is in KiB on Linux
+    found["returncode"] = returncode
+    found["result"] = result
+    return found
+
+
+def record(command: list[str], note: str | None = None) -> dict:
+    """Runs ``command`` and returns its record: a failing exit is recorded, not raised (OSError: no such program)."""
+    found = started(command, note)
     start = time.perf_counter()
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)  # OSError: no such program
-    found["wall_s"] = round(time.perf_counter() - start, 2)
-    found["load_1min_after"] = os.getloadavg()[0]
-    # ru_maxrss is in KiB on Linux: the largest resident set of any one child that ended.
-    found["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
-    found["returncode"] = done.returncode
-    found["result"] = parse_output(done.stdout)
-    return found
+    # The largest resident set of any one child that ended.
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return finished(found, time.perf_counter() - start, peak, done.returncode, parse_output(done.stdout))
+
+
+def write(found: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(found, indent=1) + "\n")
+    print(f"{out}: exit {found['returncode']}, {found['wall_s']} s", file=sys.stderr)
+
+
+def run_benchmark(
+    parser: argparse.ArgumentParser,
+    measure: Callable[[argparse.Namespace], object],
+    show: Callable[[object], str] | None = None,
+    argv: list[str] | None = None,
+) -> None:
+    """The one way a benchmark script runs: its own options, then --json and --record OUT; ``measure(args)`` returns
+    the result (JSON types). Printed as ``show(result)`` (JSON with --json, or where there is no ``show``); with
+    --record, written as the record that `record.py OUT -- python benchmarks/SCRIPT ... --json` writes (the same
+    schema), in this process (its own peak resident set)."""
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--record", type=Path, metavar="OUT", help="write the result's record (the machine, the "
+                        "commit, the load before and after: benchmarks/record.py) to OUT")  # fmt: skip
+    args = parser.parse_args(argv)
+    command = ["python", f"benchmarks/{parser.prog}", *(sys.argv[1:] if argv is None else argv)]
+    found, start = started(command) if args.record else {}, time.perf_counter()
+    try:
+        with stdout_to_stderr() if args.json or args.record else nullcontext():  # stdout: the JSON alone
+            result = measure(args)
+    except InputError as error:  # bad input: one line, as cone's commands say it
+        parser.exit(2, f"{parser.prog}: {error}\n")
+    if args.record is None:
+        print(json.dumps(result, indent=1) if args.json or show is None else show(result))
+        return
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    write(finished(found, time.perf_counter() - start, peak, 0, result), args.record)
 
 
 def main() -> None:
@@ -99,9 +146,7 @@ def main() -> None:
         found = record(command, args.note)
     except OSError as error:
         parser.error(f"cannot run {command[0]}: {error.strerror}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(found, indent=1) + "\n")
-    print(f"{args.out}: exit {found['returncode']}, {found['wall_s']} s", file=sys.stderr)
+    write(found, args.out)
     sys.exit(found["returncode"])
 
 

@@ -5,19 +5,19 @@ Two figures per term: the term's own forward + backward on the table, timed alon
 with the term at λ = 1 against the step at λ = 0, interleaved round by round so that drift on a shared machine
 falls on both (noisier: the difference of two step times). Medians over ``--steps`` rounds.
 
-Usage: python benchmarks/regularizer_cost.py [--steps 10] [--threads 1] [--json]
+Usage: python benchmarks/regularizer_cost.py [--steps 10] [--threads 1] [--json | --record OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import time
 from dataclasses import replace
 
 import torch
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
 from cone.cpu import bf16_is_fast, cpu_name
 from cone.geometry.regularizer import TERMS, regularizer_terms
@@ -35,12 +35,7 @@ def term_alone_s(weight: torch.Tensor, name: str, rows: int, steps: int) -> floa
     return statistics.median(times[1:])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (the runs use 1)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+def measure(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     base_cfg = TrainConfig(reg_cos=0.0, bf16=bf16_is_fast())
@@ -78,19 +73,27 @@ def main() -> None:
         "step_s_without_term": step["none"],
         "rounds": args.steps,
     }
-    if args.json:
-        print(json.dumps({**meta, "terms": rows}, indent=1))
-        return
-    print(
-        f"{meta['cpu']}, {args.threads} thread(s), bf16 autocast {base_cfg.bf16}, {base_cfg.reg_rows} rows, "
-        f"step without a term {step['none']:.3f} s (median of {args.steps})\n"
+    return {**meta, "terms": rows}
+
+
+def show(found: dict) -> str:
+    head = (
+        f"{found['cpu']}, {found['threads']} thread(s), bf16 autocast {found['bf16']}, {found['rows']} rows, "
+        f"step without a term {found['step_s_without_term']:.3f} s (median of {found['rounds']})\n\n"
+        "| term | term alone (fwd + bwd) | share of a step | step with term ÷ without |\n|---|---|---|---|"
     )
-    print("| term | term alone (fwd + bwd) | share of a step | step with term ÷ without |")
-    print("|---|---|---|---|")
-    for name, row in rows.items():
-        print(
-            f"| {name} | {row['term_ms']:.1f} ms | {100 * row['term_share_of_step']:.2f}% | {row['step_ratio']:.3f}× |"
-        )
+    rows = [
+        f"| {name} | {row['term_ms']:.1f} ms | {100 * row['term_share_of_step']:.2f}% | {row['step_ratio']:.3f}× |"
+        for name, row in found["terms"].items()
+    ]
+    return "\n".join([head, *rows])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the runs use 1)")
+    run_benchmark(parser, measure, show)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ A reload keeps the indexes whose files did not change; --touch NAME rewrites NAM
 reload request, so that every reload opens that index (and loads its encoder) again: the costly case.
 
 Usage: python benchmarks/reload_storm.py --indexes DIR [--clients 16] [--seconds 20] [--rate 2] [--touch NAME]
-       [--json]
+       [--json | --record OUT]
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ import urllib.parse
 from pathlib import Path
 
 import numpy as np
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
 from cone.cpu import cpu_name
 
 # The loopback helpers live with the tests (they are not part of the installed package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from local_service import free_port, wait_ready  # noqa: E402
+from local_service import stop as stop_server  # noqa: E402
 
 QUERIES = ["vitamin D deficiency", "cell protein expression", "gene therapy trial", "tumor growth in mice"]
 TIMEOUT = 60.0  # seconds any one request may take before it counts as an error
@@ -146,9 +148,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--rate", type=float, default=2, help="reload requests a second in the storm phase")
     parser.add_argument("--touch", default=None, help="an index whose manifest is touched before each reload")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args()
+    run_benchmark(parser, measure, show)
 
+
+def measure(args: argparse.Namespace) -> dict:
     port, key = free_port(), secrets.token_hex(16)
     command = [sys.executable, "-m", "cone", "serve", "--indexes", str(args.indexes), "--port", str(port)]
     command += ["--checkpoints", str(args.checkpoints)] if args.checkpoints else []
@@ -189,7 +192,7 @@ def main() -> None:
         stop.set()
         for thread in threads:
             thread.join(TIMEOUT)
-        stop(server)
+        stop_server(server)
     result = {
         "cpu": cpu_name(),
         "indexes": str(args.indexes),
@@ -203,17 +206,20 @@ def main() -> None:
     }
     result["p99_ratio"] = result["storm"]["p99_ms"] / result["quiet"]["p99_ms"]
     result["p50_ratio"] = result["storm"]["p50_ms"] / result["quiet"]["p50_ms"]
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
+    return result
+
+
+def show(result: dict) -> str:
+    lines = []
     for name in ("quiet", "storm"):
         r = result[name]
-        print(
+        lines.append(
             f"{name}: {r['requests']} searches, {r['errors']} errors, {r['rps']:.1f}/s, p50 {r['p50_ms']:.1f} ms, "
             f"p99 {r['p99_ms']:.1f} ms; /healthz max {r['healthz_max_ms']:.1f} ms ({r['healthz_errors']} failed); "
             f"{r['reloads']} reloads ({r['reload_errors']} failed), p50 {r['reload_p50_ms']} ms"
         )
-    print(f"storm / quiet: p50 x{result['p50_ratio']:.2f}, p99 x{result['p99_ratio']:.2f}")
+    lines.append(f"storm / quiet: p50 x{result['p50_ratio']:.2f}, p99 x{result['p99_ratio']:.2f}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ The same runs are part of the regularizer study (docs/regularizers.md: `none-see
 the same seeds and data order), whose per-run rows are committed: --from-json docs/regularizers/runs.json gives
 the table in seconds, without the checkpoints.
 
-Usage: python benchmarks/seed_spread.py RUNS_DIR [--json]
-       python benchmarks/seed_spread.py --from-json docs/regularizers/runs.json [--json]
+Usage: python benchmarks/seed_spread.py RUNS_DIR [--json | --record OUT]
+       python benchmarks/seed_spread.py --from-json docs/regularizers/runs.json [--json | --record OUT]
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import re
 from pathlib import Path
 
 import numpy as np
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 from scipy.stats import ttest_ind, ttest_rel
 
+from cone.errors import InputError
 from cone.models.checkpoint import read_config, read_log
 
 RUN = re.compile(r"^lambda(?P<lam>[0-9.]+)-seed(?P<seed>\d+)$")
@@ -76,35 +78,43 @@ def spread(rows: dict[float, list[dict]], base: float, other: float) -> dict:
     return table
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", type=Path, nargs="?")
-    parser.add_argument("--from-json", type=Path, help="a regularizers_table.py --write-json file, instead of RUNS")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+def measure(args: argparse.Namespace) -> dict:
     if (args.runs is None) == (args.from_json is None):
-        parser.error("give RUNS_DIR or --from-json FILE")
+        raise InputError("give RUNS_DIR or --from-json FILE")
     rows = rows_from_json(args.from_json) if args.from_json else final_rows(args.runs)
     if len(rows) < 2 or min(len(v) for v in rows.values()) < 2:
         source = args.runs or args.from_json
-        raise SystemExit(f"need at least 2 finished seeds of 2 λ values in {source}, found {sorted(rows)}")
+        raise InputError(f"need at least 2 finished seeds of 2 λ values in {source}, found {sorted(rows)}")
     base, other = sorted(rows)[:2]
-    table = spread(rows, base, other)
-    tokens = {r["tokens"] for v in rows.values() for r in v}
-    if args.json:
-        print(json.dumps({"tokens": sorted(tokens), "seeds": {str(k): len(v) for k, v in rows.items()}, **table}))
-        return
-    print(f"{len(rows[base])} + {len(rows[other])} seeds, {', '.join(f'{t:,}' for t in sorted(tokens))} tokens each\n")
+    tokens = sorted({r["tokens"] for v in rows.values() for r in v})
+    return {"tokens": tokens, "seeds": {str(k): len(v) for k, v in rows.items()}, **spread(rows, base, other)}
+
+
+def show(found: dict) -> str:
+    base, other = sorted(float(lam) for lam in found["seeds"])[:2]
+    seeds = [found["seeds"][str(lam)] for lam in (base, other)]
     columns = f"λ={base:g} mean ± std | λ={other:g} mean ± std | Δ | ratio λ{base:g}/λ{other:g} | Welch p"
-    print(f"| metric | {columns} | outside the seed spread | paired t p (same seeds) | consistent seed by seed |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for metric, row in table.items():
+    lines = [
+        f"{seeds[0]} + {seeds[1]} seeds, {', '.join(f'{t:,}' for t in found['tokens'])} tokens each\n",
+        f"| metric | {columns} | outside the seed spread | paired t p (same seeds) | consistent seed by seed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for metric in METRICS:
+        row = found[metric]
         a, b = row[f"lambda_{base:g}"], row[f"lambda_{other:g}"]
-        print(
+        lines.append(
             f"| {metric} | {a['mean']:.4f} ± {a['std']:.4f} | {b['mean']:.4f} ± {b['std']:.4f} | {row['delta']:+.4f} "
             f"| {row['ratio']:.2f}× | {row['welch_p']:.2g} | {'**yes**' if row['outside_spread'] else 'no'} "
             f"| {row['paired_p']:.2g} | {'**yes**' if row['paired_significant'] else 'no'} |"
         )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path, nargs="?")
+    parser.add_argument("--from-json", type=Path, help="a regularizers_table.py --write-json file, instead of RUNS")
+    run_benchmark(parser, measure, show)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ cgroup v1 only; skipped with the reason otherwise): completing there is what it 
 served by `cone serve`, asked one /search, and its resident memory read from /proc.
 
 Usage: python benchmarks/stream_bench.py [--docs 1000000] [--factory IVF1024,Flat] [--limit-fraction 0.24] [--work DIR]
-       [--json]
+       [--json | --record OUT]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 from tokenizers import Tokenizer
 
 from cone.indexing.spec import IndexSpec, parse_index_type
@@ -176,8 +177,10 @@ def main() -> None:
         "--limit-fraction", type=float, default=0.24, help="of the in-memory peak, for the cgroup run (default 0.24)"
     )
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default a temporary one, removed)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    run_benchmark(parser, measure, show)
+
+
+def measure(args: argparse.Namespace) -> dict:
     work = args.work or Path(tempfile.mkdtemp(prefix="cone-stream-bench-"))
     try:
         folder = write_corpus(work / "synthetic", args.docs)
@@ -198,10 +201,10 @@ def main() -> None:
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(result, indent=2) if args.json else _summary(result))
+    return result
 
 
-def _summary(result: dict) -> str:
+def show(result: dict) -> str:
     lines = [f"{result['docs']:,} documents, {result['factory']}, encoder {result['encoder']} (MiB)"]
     for name in ("in_memory", "streamed"):
         r, served_by = result[name], result[name]["serve"]

@@ -6,18 +6,19 @@ encodes the corpus, queries and STS pairs once and re-uses those vectors for eve
 should cost far less than (specs × factories) plain runs; the issue's bar is under 2× one plain run.
 
 Usage: python benchmarks/sweep_cost.py [--model minilm] [--postprocess none,cone:0.5,...] [--index-factory
-Flat,SQ8,PQ32] [--out DIR: keep the sweep's report there] [--quick] [--json]
+Flat,SQ8,PQ32] [--out DIR: keep the sweep's report there] [--quick] [--json | --record OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import tempfile
 import time
 from pathlib import Path
+
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
 from cone.data.loaders import data_dir
 from cone.eval.harness import load_eval_data
@@ -62,8 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--index-factory", type=parse_factory_list, default=parse_factory_list("Flat,SQ8,PQ32"))
     parser.add_argument("--out", type=Path, default=None, help="keep the sweep's report here (default: discarded)")
     parser.add_argument("--quick", action="store_true", help="the eval's quick subset (not the benchmark's figure)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    run_benchmark(parser, measure, show, argv)
+
+
+def measure(args: argparse.Namespace) -> dict:
     data = load_eval_data(data_dir(args.data_dir), args.dataset, quick=args.quick)
     cli = ["eval", "--models", args.model, "--dataset", args.dataset] + (["--quick"] if args.quick else [])
     with tempfile.TemporaryDirectory(prefix="cone-sweep-report-") as scratch:
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         sweep = timed_run(
             data, args.model, args.postprocess, args.index_factory, sweep_out, "cone " + shlex.join(sweep_cli)
         )
-    found = {
+    return {
         "model": args.model,
         "dataset": data.dataset.name,
         "specs": len(args.postprocess),
@@ -85,14 +88,14 @@ def main(argv: list[str] | None = None) -> None:
         "sweep_rows": sweep[1],
         "ratio": round(sweep[0] / one[0], 3),
     }
-    if args.json:
-        print(json.dumps(found))
-        return
-    print(f"one spec (none, Flat): {found['one_spec_seconds']} s, {one[1]} row")
-    print(
-        f"sweep ({found['specs']} specs x {found['factories']} factories): {found['sweep_seconds']} s, {sweep[1]} rows"
+
+
+def show(found: dict) -> str:
+    return (
+        f"one spec (none, Flat): {found['one_spec_seconds']} s, {found['one_spec_rows']} row\n"
+        f"sweep ({found['specs']} specs x {found['factories']} factories): {found['sweep_seconds']} s, "
+        f"{found['sweep_rows']} rows\nsweep / one spec = {found['ratio']}x (the bar: under 2x)"
     )
-    print(f"sweep / one spec = {found['ratio']}x (the bar: under 2x)")
 
 
 if __name__ == "__main__":

@@ -9,19 +9,19 @@ on the same threads, the fastest this CPU's oneDNN/BLAS kernels reach. From thes
 matrix products and the rate they reach, and the bound on what bf16 can give here: cone's fp32 step with its
 matrix products at the bf16 peak and everything else as it is in fp32.
 
-Usage: python benchmarks/train_profile.py [--threads 2] [--warmup 2] [--rounds 3] [--json]
+Usage: python benchmarks/train_profile.py [--threads 2] [--warmup 2] [--rounds 3] [--json | --record OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import time
 from collections import defaultdict
 
 import torch
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile
 from train_speed import plain_fp32_step  # this script's folder is on the path: the same baseline as train_speed.py
@@ -158,13 +158,7 @@ def _summary(runs: list[tuple[float, dict[str, float], dict[str, float]]]) -> di
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+def measure(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = GPTConfig()
@@ -181,7 +175,7 @@ def main() -> None:
     fp32_matmul_s = sum(fp32["groups"][g]["seconds"] for g in MATMUL_GROUPS)
     fp32_gflop = sum(fp32["groups"][g]["gflop"] for g in MATMUL_GROUPS)
     bound = fp32["step_s"] * (1 - fp32_matmul_s / fp32_profiled) + fp32_gflop / peak["bf16"]
-    result = {
+    return {
         "threads": args.threads,
         "rounds": args.rounds,
         "native_bf16": bf16_is_fast(),
@@ -194,17 +188,32 @@ def main() -> None:
         "fp32_step_s_with_matmuls_at_bf16_peak": bound,
         "bound_vs_fp32": fp32["step_s"] / bound,
     }
-    if args.json:
-        print(json.dumps(result, indent=1))
-        return
-    print(f"peak matmul: fp32 {peak['fp32']:.0f} GFLOP/s, bf16 {peak['bf16']:.0f} GFLOP/s ({args.threads} threads)")
-    for name, step in steps.items():
-        print(f"{name}: step {step['step_s']:.3f} s")
+
+
+def show(result: dict) -> str:
+    peak, bound = result["peak_gflops"], result["fp32_step_s_with_matmuls_at_bf16_peak"]
+    lines = [
+        f"peak matmul: fp32 {peak['fp32']:.0f} GFLOP/s, bf16 {peak['bf16']:.0f} GFLOP/s ({result['threads']} threads)"
+    ]
+    for name, step in result["steps"].items():
+        lines.append(f"{name}: step {step['step_s']:.3f} s")
         for g, row in step["groups"].items():
             rate = f"  {row['gflops_per_s']:.0f} GFLOP/s" if row["gflops_per_s"] else ""
-            print(f"  {g:48s} {row['seconds'] * 1e3:8.1f} ms{rate}")
-    print(f"bf16 step / fp32 step {result['bf16_vs_fp32']:.2f}x; matmuls {result['bf16_matmul_share']:.0%} of bf16's")
-    print(f"fp32 step with its matmuls at the bf16 peak: {bound:.3f} s, {result['bound_vs_fp32']:.2f}x the fp32 step")
+            lines.append(f"  {g:48s} {row['seconds'] * 1e3:8.1f} ms{rate}")
+    share = result["bf16_matmul_share"]
+    lines.append(f"bf16 step / fp32 step {result['bf16_vs_fp32']:.2f}x; matmuls {share:.0%} of bf16's")
+    lines.append(
+        f"fp32 step with its matmuls at the bf16 peak: {bound:.3f} s, {result['bound_vs_fp32']:.2f}x the fp32 step"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    run_benchmark(parser, measure, show)
 
 
 if __name__ == "__main__":

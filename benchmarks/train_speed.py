@@ -3,18 +3,18 @@
 Every variant trains the same 16,392 x 256 model on the same batches from the same initial
 weights; only how the step is computed differs. The variants take turns step by step (the compiled ones among
 themselves), so that a load that changes during the run weighs on each alike. Usage:
-    python benchmarks/train_speed.py [--steps 12] [--threads 2] [--compile] [--json]
+    python benchmarks/train_speed.py [--steps 12] [--threads 2] [--compile] [--json | --record OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
 import time
 
 import torch
 import torch.nn.functional as F
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
 from cone.cpu import bf16_is_fast
 from cone.models.gpt import GPT, GPTConfig
@@ -46,13 +46,7 @@ def tokens_per_s(step_fns: dict, batches: list[torch.Tensor], warmup: int = 2) -
     return {name: tokens / spent for name, spent in seconds.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile on the bf16 step")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = parser.parse_args()
+def measure(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = GPTConfig()
@@ -88,16 +82,26 @@ def main() -> None:
         }
         results.update(tokens_per_s({n: variant(n, 3.0, b, compiled=True) for n, b in compiled.items()}, batches, 3))
     baseline = results["plain fp32 loop (baseline)"]
-    if args.json:
-        rows = [{"variant": name, "tokens_per_s": tps, "ratio": tps / baseline} for name, tps in results.items()]
-        print(json.dumps({"threads": args.threads, "steps": args.steps, "native_bf16": native, "rows": rows}, indent=1))
-        return
-    print(
-        f"threads={args.threads}, batch 32 x {cfg.block_size}, vocab {cfg.vocab_size}, width {cfg.n_embd}, "
-        f"native bf16: {native} (cone train uses bf16 autocast only then)"
+    rows = [{"variant": name, "tokens_per_s": tps, "ratio": tps / baseline} for name, tps in results.items()]
+    return {"threads": args.threads, "steps": args.steps, "native_bf16": native, "rows": rows}
+
+
+def show(found: dict) -> str:
+    cfg = GPTConfig()
+    head = (
+        f"threads={found['threads']}, batch 32 x {cfg.block_size}, vocab {cfg.vocab_size}, width {cfg.n_embd}, "
+        f"native bf16: {found['native_bf16']} (cone train uses bf16 autocast only then)"
     )
-    for name, tps in results.items():
-        print(f"  {name:48s} {tps:8.0f} tok/s  {tps / baseline:5.2f}x")
+    rows = [f"  {row['variant']:48s} {row['tokens_per_s']:8.0f} tok/s  {row['ratio']:5.2f}x" for row in found["rows"]]
+    return "\n".join([head, *rows])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile on the bf16 step")
+    run_benchmark(parser, measure, show)
 
 
 if __name__ == "__main__":

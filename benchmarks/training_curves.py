@@ -5,7 +5,7 @@ Usage: python benchmarks/training_curves.py OUT.png CHECKPOINT [CHECKPOINT ...]
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -14,7 +14,11 @@ from cone.models.checkpoint import read_log
 
 
 def main() -> None:
-    out, runs = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="the figure to write (PNG)")
+    parser.add_argument("runs", type=Path, nargs="+", metavar="CHECKPOINT", help="checkpoints with a train_log.jsonl")
+    args = parser.parse_args()
+    out, runs = args.out, args.runs
     fig = Figure(figsize=(10, 3.4))
     axes = fig.subplots(1, 3)
     for run in runs:

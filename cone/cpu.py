@@ -6,6 +6,9 @@ from functools import cache
 from pathlib import Path
 
 CPUINFO = Path("/proc/cpuinfo")
+# The flags that decide which kernels run: vector width, native bf16 and int8 dot products, AMX tiles. A benchmark's
+# record and ``--backend auto``'s measurement name a CPU by its model name and these.
+SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile")
 
 
 @cache
@@ -26,6 +29,12 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(
         word for line in _cpuinfo_lines() if _field(line)[0] == "flags" for word in _field(line)[1].split()
     )
+
+
+def speed_flags() -> list[str]:
+    """Of SPEED_FLAGS, those this CPU has, in SPEED_FLAGS' order."""
+    flags = cpu_flags()
+    return [flag for flag in SPEED_FLAGS if flag in flags]
 
 
 def cpu_name() -> str:

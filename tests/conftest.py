@@ -83,15 +83,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _session_embedding_cache(tmp_path_factory):
-    """No test writes the user's embedding cache; tests that need their own cache still set one."""
-    saved = os.environ.get("CONE_CACHE_DIR")
-    os.environ["CONE_CACHE_DIR"] = str(tmp_path_factory.mktemp("embedding-cache"))
+def _session_caches(tmp_path_factory):
+    """No test writes the user's embedding cache or --backend auto's measurements; tests that need their own cache
+    still set one. No test times the runtimes for --backend auto (speed is never measured in a test): on a CPU
+    without a recorded row, auto is torch, as CONE_AUTO_MEASURE=0 gives a user (tests/test_backend_auto.py stubs the
+    timing to test the measured rule)."""
+    cache = tmp_path_factory.mktemp("embedding-cache")
+    settings = {"CONE_CACHE_DIR": str(cache), "CONE_AUTO_MEASURED": str(cache / "auto.json"), "CONE_AUTO_MEASURE": "0"}
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     yield
-    if saved is None:
-        os.environ.pop("CONE_CACHE_DIR", None)
-    else:
-        os.environ["CONE_CACHE_DIR"] = saved
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import pytest
 from cone import cpu
 from cone.cli import demo
 from cone.cli.main import main
-from cone.encoders import export
+from cone.encoders import auto, export
 from cone.encoders.auto import CPU_KINDS, HOLDS_QUALITY, QUALITY_TOLERANCE, choose_runtime, cpu_kind
 from cone.encoders.base import TORCH, Runtime
 from cone.errors import ModelUnavailable
@@ -92,9 +92,9 @@ def test_the_order_on_cpus_with_native_bf16_is_the_measured_one():
     [
         (AMX, OPENVINO_INT8, "the fastest that held quality on AMX"),
         (ZEN4, OPENVINO_INT8, "the fastest that held quality on AVX512-BF16 without AMX"),
-        (VNNI, TORCH, "AVX-512 VNNI without native bf16: no runtime measured"),
-        (AVX2, TORCH, "AVX2 or older, no VNNI, no native bf16: no runtime measured"),
-        (frozenset(), TORCH, "no runtime measured"),  # no /proc/cpuinfo
+        (VNNI, TORCH, "AVX-512 VNNI without native bf16: no row recorded for such a CPU; not measured here"),
+        (AVX2, TORCH, "AVX2 or older, no VNNI, no native bf16: no row recorded for such a CPU; not measured here"),
+        (frozenset(), TORCH, "no row recorded"),  # no /proc/cpuinfo
     ],
 )
 def test_auto_picks_by_the_cpu(flags, chosen, said, cpu_with, openvino_here, lm_text):
@@ -143,7 +143,8 @@ def test_help_says_what_auto_picks(capsys):
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # argparse wraps lines at hyphens
         assert "openvino-int8 on AMX" in text and "openvino-int8 on AVX512-BF16 without AMX" in text, command
-        assert "torch on AVX2 or older, no VNNI, no native bf16 (not measured)" in text, command
+        assert "measured on AVX2 or older, no VNNI, no native bf16" in text, command
+        assert "timed on this CPU on first use" in text and "CONE_AUTO_MEASURE=0" in text, command
         assert "roberta always run on torch" in text, command
 
 
@@ -183,3 +184,113 @@ def test_the_demo_gives_each_model_its_runtime(backend, minilm, cpu_with, openvi
     runtimes = [plan.model_runtimes(plan.plain[m]) for m in ("minilm", "baseline", "bm25")]
     assert runtimes == [(minilm,), (TORCH,), (TORCH,)]
     assert plan.data_root == tiny_beir  # where int8 calibrates
+
+
+# --backend auto on a CPU without a recorded row: the runtimes timed here on first use (the timing stubbed: speed is
+# never measured in a test), the choice kept per CPU in the measurements' file.
+OPENVINO = Runtime("openvino")
+
+
+@pytest.fixture()
+def measuring(monkeypatch, tmp_path, cpu_with, openvino_here):
+    """A CPU of no recorded kind (VNNI without bf16) named "Test Xeon", measuring on (conftest turns it off), its
+    file in tmp_path; ``rates`` stands in for the timing and ``calls`` says what was timed."""
+    monkeypatch.delenv(auto.MEASURE_ENV, raising=False)
+    monkeypatch.setenv(auto.MEASURED_ENV, str(tmp_path / "auto.json"))
+    monkeypatch.setattr(cpu, "cpu_name", lambda: "Test Xeon")
+    cpu_with(VNNI)
+
+    class Timing:
+        rates: dict[Runtime, float] = {}
+        calls: list[list[Runtime]] = []
+
+        @staticmethod
+        def measure(model, runtimes, data_root):
+            Timing.calls.append(list(runtimes))
+            return {runtime: Timing.rates[runtime] for runtime in runtimes}
+
+    monkeypatch.setattr(auto, "measure_rates", Timing.measure)
+    return Timing
+
+
+@pytest.mark.parametrize(
+    ("rates", "lm", "chosen"),
+    [
+        ({TORCH: 100.0, OPENVINO: 150.0, OPENVINO_INT8: 300.0}, True, OPENVINO_INT8),  # the fastest
+        ({TORCH: 100.0, OPENVINO: 150.0, OPENVINO_INT8: 300.0}, False, OPENVINO),  # int8 cannot calibrate: not timed
+        ({TORCH: 200.0, OPENVINO: 150.0, OPENVINO_INT8: 190.0}, True, TORCH),  # none beat torch
+    ],
+)
+def test_a_cpu_without_a_row_measures_the_runtimes_that_held_quality(measuring, rates, lm, chosen, lm_text, tmp_path):
+    measuring.rates = rates
+    choice = choose_runtime("minilm", lm_text if lm else tmp_path / "no-lm-text")
+    timed = [TORCH, OPENVINO, OPENVINO_INT8] if lm else [TORCH, OPENVINO]  # no bf16: emulated on this CPU
+    assert measuring.calls == [timed]
+    assert choice.runtime == chosen and "no row recorded: measured now (minilm, 64 texts, load " in choice.why
+    assert f"{timed[-1].tag} {rates[timed[-1]]:.1f}" in choice.why and f"torch {rates[TORCH]:.1f}" in choice.why
+
+
+def test_the_measurement_is_kept_per_cpu_and_read_back(measuring, lm_text, cpu_with, monkeypatch):
+    measuring.rates = {TORCH: 100.0, OPENVINO: 150.0, OPENVINO_INT8: 300.0}
+    first = choose_runtime("minilm", lm_text)
+    kept = json.loads(auto.measured_file().read_text())
+    assert list(kept) == ["Test Xeon [avx2 fma avx512f avx512_vnni]"]
+    assert kept["Test Xeon [avx2 fma avx512f avx512_vnni]"]["docs_per_s"] == {
+        "torch": 100.0, "openvino": 150.0, "openvino-int8": 300.0
+    }  # fmt: skip
+    again = choose_runtime("st:/some/model", lm_text)  # read back, for any model that follows the CPU
+    assert len(measuring.calls) == 1 and again.runtime == first.runtime == OPENVINO_INT8
+    assert "measured on 20" in again.why and "measured now" not in again.why
+    cpu_with(AVX2)  # another CPU: measured itself, beside the first
+    measuring.rates = {TORCH: 100.0, OPENVINO: 90.0, OPENVINO_INT8: 80.0}
+    assert choose_runtime("minilm", lm_text).runtime == TORCH and len(measuring.calls) == 2
+    assert set(json.loads(auto.measured_file().read_text())) == {
+        "Test Xeon [avx2 fma avx512f avx512_vnni]", "Test Xeon [avx2 fma]"
+    }  # fmt: skip
+    monkeypatch.setattr(cpu, "cpu_name", lambda: "Other Xeon")  # same flags, another model: measured again
+    choose_runtime("minilm", lm_text)
+    assert len(measuring.calls) == 3
+
+
+def test_a_damaged_measurement_file_is_measured_again(measuring, lm_text):
+    measuring.rates = {TORCH: 100.0, OPENVINO: 150.0, OPENVINO_INT8: 300.0}
+    auto.measured_file().write_text('{"Test Xeon [avx2 fma avx512f avx512_vnni]": {"docs_per_s": 3}')
+    assert choose_runtime("minilm", lm_text).runtime == OPENVINO_INT8 and len(measuring.calls) == 1
+    auto.measured_file().write_text('{"Test Xeon [avx2 fma avx512f avx512_vnni]": {"docs_per_s": 3}}')
+    assert choose_runtime("minilm", lm_text).runtime == OPENVINO_INT8 and len(measuring.calls) == 2
+    auto.measured_file().write_text(
+        '{"Test Xeon [avx2 fma avx512f avx512_vnni]": {"docs_per_s": {"openvino": 9},'
+        ' "model": "minilm", "texts": 64, "when": "x", "load": 0}}'
+    )  # no torch's rate
+    assert choose_runtime("minilm", lm_text).runtime == OPENVINO_INT8 and len(measuring.calls) == 3
+    assert "openvino-int8" in json.loads(auto.measured_file().read_text())[auto.cpu_key()]["docs_per_s"]
+
+
+@pytest.mark.parametrize("flags", [AMX, ZEN4])
+def test_recorded_rows_stay_the_default_and_nothing_is_timed(measuring, flags, cpu_with, lm_text):
+    cpu_with(flags)
+    assert choose_runtime("minilm", lm_text).runtime == OPENVINO_INT8
+    assert measuring.calls == [] and not auto.measured_file().exists()
+
+
+def test_measuring_off_or_torch_unavailable_is_torch_and_nothing_is_kept(measuring, lm_text, monkeypatch):
+    monkeypatch.setenv(auto.MEASURE_ENV, "0")
+    choice = choose_runtime("minilm", lm_text)
+    assert choice.runtime == TORCH and "not measured here (CONE_AUTO_MEASURE=0)" in choice.why
+    monkeypatch.delenv(auto.MEASURE_ENV)
+
+    def unavailable(model, runtimes, data_root):
+        raise ModelUnavailable("minilm", "its weights are not here", "cone data fetch")
+
+    monkeypatch.setattr(auto, "measure_rates", unavailable)
+    choice = choose_runtime("minilm", lm_text)
+    assert choice.runtime == TORCH and "not measured: " in choice.why and "weights are not here" in choice.why
+    assert measuring.calls == [] and not auto.measured_file().exists()
+
+
+def test_the_timing_encodes_the_sample_on_each_runtime_that_loads(tiny_roberta_dir, tmp_path):
+    """What measure_rates returns (not how fast: a rate above zero for each runtime timed)."""
+    rates = auto.measure_rates(f"st:{tiny_roberta_dir}", [TORCH], tmp_path)
+    assert list(rates) == [TORCH] and rates[TORCH] > 0
+    texts = auto.sample_texts()
+    assert texts == auto.sample_texts() and len(texts) == auto.SAMPLE_TEXTS  # the same sample every time

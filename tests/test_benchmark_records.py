@@ -55,6 +55,30 @@ def test_the_recorder_writes_the_record_and_exits_with_the_benchmarks_status(tmp
     assert absent.returncode == 2 and "cannot run no-such-program" in absent.stderr and "Traceback" not in absent.stderr
 
 
+def test_a_script_on_the_runner_writes_the_same_record_itself(tmp_path, monkeypatch, capsys):
+    """run_benchmark (record.py), through index_sizes.py: --record OUT writes record.py's record in the script's own
+    process, --json prints the result alone, and bad input is one line."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as `python benchmarks/index_sizes.py` has it
+    main, out = script("index_sizes")["main"], tmp_path / "r.json"
+    fixtures = ROOT / "tests" / "fixtures" / "index-0.1.0"
+
+    def run(*argv: object) -> str:
+        monkeypatch.setattr(sys, "argv", ["index_sizes.py", *map(str, argv)])
+        main()
+        return capsys.readouterr().out
+
+    assert run(fixtures, "--record", out) == ""
+    found = json.loads(out.read_text())
+    assert set(found) == FIELDS | {"changed_files"} and found["returncode"] == 0 and found["peak_rss_mib"] > 0
+    assert found["command"] == f"python benchmarks/index_sizes.py {fixtures} --record {out}"
+    assert json.loads(run(fixtures, "--json")) == found["result"] and set(found["result"]) == {"baseline", "bm25"}
+    assert run(fixtures).startswith("baseline: 30 documents, d = 256, Flat\n")
+    with pytest.raises(SystemExit) as refused:
+        run(tmp_path)
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and err == f"index_sizes.py: no index in {tmp_path}\n"
+
+
 def test_index_bench_prints_its_faiss_rows_as_json():
     argv = ["--ann-only", "--n", "2000", "--queries", "20", "--factories", "IVF8,Flat", "--json"]
     done = subprocess.run(
@@ -178,3 +202,61 @@ def test_the_measured_inverted_lists_have_the_faiss_layout_the_estimate_assumes(
         index for index in json.loads((RECORDS / "index-sizes.json").read_text())["result"].values() if index["stream"]
     )
     assert index["bytes_per_doc"]["index.ivfdata"] == pytest.approx(4 * index["dim"] + 8, abs=0.5)
+
+
+# Each section of docs/benchmarks.md that names records (`docs/benchmarks/NAME.json`, in its commands or its
+# references) says where they ran in one **Where:** line: the CPU of each, as the records name it (in backticks), and
+# a reference to the highest 1-minute load average among them, before or after.
+NAMED = re.compile(r"docs/benchmarks/([\w.-]+)\.json")
+LOAD_REFERENCE = re.compile(r"<!-- from docs/benchmarks/([\w.-]+)\.json#(load_1min_before|load_1min_after) -->")
+LOADS = ("load_1min_before", "load_1min_after")
+
+
+def sections(text: str) -> list[tuple[str, list[str]]]:
+    """Each heading with its lines up to the next heading, of any level."""
+    found: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if re.match(r"^#+\s", line):
+            found.append((line, []))
+        elif found:
+            found[-1][1].append(line)
+    return found
+
+
+def where_problems(text: str, records: Path = RECORDS) -> list[str]:
+    """What each section's **Where:** line says that its records do not (or the line it lacks)."""
+    cpus = {json.loads(path.read_text())["cpu"] for path in records.glob("*.json")}
+    problems = []
+    for heading, body in sections(text):
+        names = {name for line in body for name in NAMED.findall(line) if (records / f"{name}.json").is_file()}
+        if not names:
+            continue
+        found = {name: json.loads((records / f"{name}.json").read_text()) for name in names}
+        lines = [line for line in body if line.startswith("**Where:**")]
+        if len(lines) != 1:
+            problems.append(f"{heading}: {len(lines)} **Where:** lines, not 1")
+            continue
+        named, ran = set(re.findall(r"`([^`]+)`", lines[0])) & cpus, {record["cpu"] for record in found.values()}
+        if named != ran:
+            problems.append(f"{heading}: names {sorted(named)}, its records ran on {sorted(ran)}")
+        top = max(record[key] for record in found.values() for key in LOADS)
+        cited = [found[name][key] for name, key in LOAD_REFERENCE.findall(lines[0]) if name in found]
+        if top not in cited:
+            problems.append(f"{heading}: the highest load of its records, {top:.1f}, is not the one referenced")
+    return problems
+
+
+def test_each_section_says_where_its_records_ran():
+    assert where_problems((ROOT / "docs" / "benchmarks.md").read_text()) == []
+
+
+def test_a_section_that_names_another_cpu_or_load_fails():
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    at = text.index("### The service against the machine's limit")
+    section = text[at : text.index("\n#", at + 1)]
+    for wrong in (
+        section.replace("**Where:** `AMD EPYC`", "**Where:** `Intel(R) Xeon(R) Processor`"),
+        section.replace("load-limit-minilm.json#load_1min_after", "load-limit-minilm.json#load_1min_before"),
+        section.replace("**Where:**", "Where:"),
+    ):
+        assert wrong != section and len(where_problems(wrong)) == 1

@@ -1,12 +1,17 @@
-"""The benchmark scripts behind docs/benchmarks.md still import what they use (they run by hand, not in CI), and
-one of them, the sweep's cost, runs end to end on a tiny dataset."""
+"""The benchmark scripts behind docs/benchmarks.md run by hand, not in CI: each one's `--help` still works, every
+command the pages document and every record holds still parses with the script as it is now (an option renamed or
+dropped fails here, not on the next person's machine), and some of them run end to end on a tiny dataset."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import runpy
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,18 +19,90 @@ import pytest
 
 from cone.eval.metrics import overlap_at_k
 
-SCRIPTS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs").glob("*/*.md"))]
+RECORDS = sorted((ROOT / "docs" / "benchmarks").glob("*.json"))
+
+
+def documented_commands() -> list[list[str]]:
+    """Each command line of the pages' shell blocks that names a benchmark script, and each record's command."""
+    lines = [
+        line
+        for page in PAGES
+        for block in re.findall(r"```(?:sh|bash)\n(.*?)```", page.read_text(), re.S)
+        for line in block.replace("\\\n", " ").splitlines()
+    ]
+    lines += [json.loads(record.read_text())["command"] for record in RECORDS]
+    return [shlex.split(line, comments=True) for line in lines if "benchmarks/" in line]
+
+
+def script_calls(argv: list[str]) -> list[tuple[str, list[str]]]:
+    """The benchmark scripts a command line runs, each with its arguments: record.py's, then the command after its
+    `--` in turn."""
+    for i, word in enumerate(argv):
+        if word.startswith("benchmarks/"):
+            args = argv[i + 1 :]
+            inner = script_calls(args[args.index("--") + 1 :]) if word.endswith("record.py") else []
+            return [(word, args), *inner]
+    return []
+
+
+CALLS = sorted({(script, tuple(args)) for argv in documented_commands() for script, args in script_calls(argv)})
+
+
+@pytest.fixture(autouse=True)
+def _scripts_folder_on_path(monkeypatch):
+    """As `python benchmarks/NAME.py` puts its own folder first: the scripts import record.py, their runner."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+
+
+class Parsed(Exception):
+    """Raised where a benchmark would start its work, once its command line has parsed."""
+
+
+def run_main(script: Path, argv: list[str], monkeypatch) -> None:
+    """The script's main() on ``argv``, as `python benchmarks/NAME.py ARGV` would call it."""
+    monkeypatch.setattr(sys, "argv", [str(script), *argv])
+    runpy.run_path(str(script), run_name="benchmark_under_test")["main"]()
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
-def test_benchmark_script_imports(script, monkeypatch):
-    monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/NAME.py` puts its own folder first
-    namespace = runpy.run_path(str(script), run_name="benchmark_import_check")  # defines, does not run main()
-    assert callable(namespace.get("main"))
+def test_benchmark_script_explains_itself(script, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as done:
+        run_main(script, ["--help"], monkeypatch)
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: {script.name}")
+
+
+CALL_IDS = [f"{Path(script).name}-{i}" for i, (script, _) in enumerate(CALLS)]
+
+
+@pytest.mark.parametrize(("script", "args"), CALLS, ids=CALL_IDS)
+def test_every_documented_and_recorded_command_parses(script, args, monkeypatch):
+    path = ROOT / script
+    assert path.is_file(), f"{script} is documented or recorded but not in benchmarks/"
+    if path.suffix == ".sh":
+        assert os.access(path, os.X_OK) and subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+        return
+    real = argparse.ArgumentParser.parse_args
+
+    def parse(self, argv=None, namespace=None):
+        raise Parsed(real(self, argv, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse)
+    with pytest.raises(Parsed):  # an unknown or malformed option exits 2 (SystemExit) instead
+        run_main(path, list(args), monkeypatch)
+
+
+def test_the_commands_are_found():
+    scripts = {script for script, _ in CALLS}
+    assert {"benchmarks/record.py", "benchmarks/load_bench.py", "benchmarks/demo_time.sh"} <= scripts
+    assert len(CALLS) >= len(RECORDS)
 
 
 def test_sweep_cost_runs_both_evals_and_counts_their_rows(shared_tiny_beir, tmp_path, capsys):
-    sweep_cost = runpy.run_path(str(SCRIPTS[0].parent / "sweep_cost.py"), run_name="benchmark_under_test")
+    sweep_cost = runpy.run_path(str(ROOT / "benchmarks" / "sweep_cost.py"), run_name="benchmark_under_test")
     argv = ["--model", "baseline", "--dataset", "tiny", "--data-dir", str(shared_tiny_beir)]
     argv += ["--postprocess", "none,center", "--index-factory", "Flat,SQ8", "--out", str(tmp_path / "sweep")]
     sweep_cost["main"]([*argv, "--json"])
@@ -39,7 +116,7 @@ def test_sweep_cost_runs_both_evals_and_counts_their_rows(shared_tiny_beir, tmp_
 
 
 def test_pq_noise_finds_the_same_index_on_a_rebuild_and_counts_what_noise_moves():
-    pq_top10 = runpy.run_path(str(SCRIPTS[0].parent / "pq_noise.py"), run_name="benchmark_under_test")["pq_top10"]
+    pq_top10 = runpy.run_path(str(ROOT / "benchmarks" / "pq_noise.py"), run_name="benchmark_under_test")["pq_top10"]
     vectors = np.random.default_rng(0).normal(size=(600, 64)).astype(np.float32)
     first = pq_top10(vectors, "none", queries=50)
     assert overlap_at_k(pq_top10(vectors, "none", queries=50), first) == 1.0
@@ -53,7 +130,7 @@ def test_the_load_limit_is_the_better_of_its_two_ways_and_cpu_seconds_are_counte
     from tiny import build_tiny_indexes
 
     build_tiny_indexes(tmp_path, shared_tiny_beir, tiny_checkpoints, [("baseline", "none")])
-    bench = runpy.run_path(str(SCRIPTS[0].parent / "load_bench.py"), run_name="benchmark_under_test")
+    bench = runpy.run_path(str(ROOT / "benchmarks" / "load_bench.py"), run_name="benchmark_under_test")
     queries = [f"protein {word} cell" for word in ("level", "risk", "gene", "study", "tumor", "dose")]
     limit = bench["limit_rate"](tmp_path, tiny_checkpoints, "baseline", queries, 1)
     ways = (limit["one_call"], limit["per_core"])
@@ -66,3 +143,29 @@ def test_the_load_limit_is_the_better_of_its_two_ways_and_cpu_seconds_are_counte
     assert bench["connection_counts"]("16,64") == [16, 64]
     with pytest.raises(argparse.ArgumentTypeError):
         bench["connection_counts"]("16,0")
+
+
+def test_make_install_installs_every_program_a_benchmark_or_test_looks_for():
+    """A program found with shutil.which (wrk, chromium) is one `make install` installs, so each documented command
+    runs on a fresh clone."""
+    sources = [*SCRIPTS, *sorted((ROOT / "tests").glob("*.py"))]
+    wanted = {name for path in sources for name in re.findall(r"""which\(["'](\w+)["']\)""", path.read_text())}
+    debian = re.search(r"^DEBIAN := (.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert wanted and debian and wanted <= set(debian.group(1).split())
+    assert "$(DEBIAN)" in (ROOT / "Makefile").read_text()
+
+
+def test_a_runner_scripts_text_shows_its_committed_records(monkeypatch):
+    """A script on the runner (record.py's run_benchmark: a measure and a show) prints as text what its records hold."""
+    shown = 0
+    for record in RECORDS:
+        found = json.loads(record.read_text())
+        script = next((w for w in shlex.split(found["command"]) if w.startswith("benchmarks/")), "")
+        if not script.endswith(".py"):
+            continue
+        namespace = runpy.run_path(str(ROOT / script), run_name="benchmark_under_test")
+        if "show" in namespace and "measure" in namespace:
+            text = namespace["show"](found["result"])
+            assert isinstance(text, str) and len(text.splitlines()) >= 2, record.name
+            shown += 1
+    assert shown >= 4  # train-speed, regularizer-cost, sweep-cost, index-sizes

@@ -9,7 +9,9 @@ import pytest
 from docs_refs import CHECKED, check_page
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The written pages: the README, docs/*.md and a folder's own README (docs/doctor/); not the eval's generated
+# report.md files, which the eval writes from its report.json.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs").glob("*/README.md"))]
 # The sections that must stay checked: the README and every page under docs/ whole (and their checked subsections).
 MUST_CHECK = [
     ("README.md", "# cone"),
@@ -22,6 +24,7 @@ MUST_CHECK = [
     ("docs/training.md", "# Training the two language models"),
     ("docs/training.md", "## Choosing λ: the sweep"),
     ("docs/training.md", "## Pre-training's own noise"),
+    ("docs/doctor/README.md", "# cone doctor on MiniLM"),
 ]
 
 

@@ -180,10 +180,18 @@ def test_train_command_refuses_a_bad_reg_in_one_line(tmp_path, capsys):
 
 
 def _benchmark(name: str) -> dict:
+    """The script's names, loaded as `python benchmarks/NAME.py` would: its folder first on the path (the scripts
+    import record.py, their runner, from beside them)."""
     import runpy
+    import sys
     from pathlib import Path
 
-    return runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"), run_name="test")
+    folder = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        return runpy.run_path(f"{folder}/{name}.py", run_name="test")
+    finally:
+        sys.path.remove(folder)
 
 
 @pytest.fixture(scope="module")

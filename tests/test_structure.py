@@ -17,13 +17,23 @@ PACKAGE = {folder: "cone" if folder == "cone" else f"cone.{folder}" for folder i
 UP_ON_PURPOSE = {("cone/__main__.py", "cli")}  # `python -m cone` must reach the command line; explained there
 
 
+def absolute(module: str | None, level: int, package: str) -> str:
+    """The absolute name of ``from <level dots><module> import``'s module, in a module of ``package``."""
+    if not level:
+        return module or ""
+    base = package.split(".")[: len(package.split(".")) - level + 1]
+    return ".".join(base + ([module] if module else []))
+
+
 def imported_folders(path: Path) -> set[str]:
-    """The repository folders a module imports (by their `cone.X` names)."""
+    """The repository folders a module imports (by their `cone.X` names, a relative import resolved to one)."""
+    package = PACKAGE[path.parent.name]
     folders = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        if isinstance(node, ast.ImportFrom):
+            module = absolute(node.module, node.level, package)
+            names = [module] + [f"{module}.{a.name}" for a in node.names]
         for name in names:
             parts = name.split(".")
             if parts[0] == "cone" and len(parts) > 1 and parts[1] in PACKAGE:
@@ -48,3 +58,23 @@ def test_the_base_imports_nothing_of_the_project_but_itself():
     for path in sorted((ROOT / "cone").glob("*.py")):
         where = path.relative_to(ROOT).as_posix()
         assert imported_folders(path) - {"cone"} <= {f for w, f in UP_ON_PURPOSE if w == where}, where
+
+
+@pytest.mark.parametrize(
+    ("source", "folder", "folders"),
+    [
+        ("from cone.cli import main", "eval", {"cli"}),
+        ("from ..cli import main", "eval", {"cli"}),
+        ("from .. import cli", "eval", {"cone", "cli"}),
+        ("from . import metrics", "eval", {"eval"}),
+        ("from .metrics import ndcg", "eval", {"eval"}),
+        ("from ..errors import InputError", "eval", {"cone"}),
+        ("from .cli import main", "cone", {"cli"}),
+        ("import cone.service.app", "cli", {"service"}),
+    ],
+)
+def test_every_form_of_import_is_read(source, folder, folders, tmp_path):
+    module = tmp_path / folder / "module.py"
+    module.parent.mkdir()
+    module.write_text(source + "\n")
+    assert imported_folders(module) == folders
