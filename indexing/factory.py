@@ -36,11 +36,14 @@ from cone.indexing.faiss_store import (  # noqa: F401 -- the FAISS store's names
 )
 from cone.indexing.lance import LanceStore
 from cone.indexing.location import StoreConfig, configured, member
+from cone.indexing.pgvector_store import PgvectorStore
 from cone.indexing.usearch_store import UsearchStore
 from cone.indexing.user_index import UserIndex
 
 # The registry: --store's names, each with its store. The first is the default, whose types carry no prefix.
-STORES: dict[str, Store] = {store.name: store for store in (FaissStore(), LanceStore(), UsearchStore())}
+STORES: dict[str, Store] = {
+    store.name: store for store in (FaissStore(), LanceStore(), UsearchStore(), PgvectorStore())
+}
 DEFAULT_STORE = FaissStore.name
 
 __all__ = ["Codes", "IndexType", "STORES", "parse_search_params"]  # the parsers: cone.indexing.spec
