@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 
@@ -156,3 +158,42 @@ def test_table_names_are_quoted_never_run(pg_data, tmp_path):
         assert conn.execute(table.query(), ("[1,0,0,0]", 1)).fetchone()[0] == 0
         conn.execute(table.sql("DROP TABLE {table}"))
     assert "x" in tables(pg_data)
+
+
+def test_the_server_stopped_is_503_for_its_indexes_alone_and_they_answer_again_when_it_is_back(
+    pg_data, tiny_beir, tiny_checkpoints, tmp_path
+):
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path)]
+    assert main([*argv, "--index-factory", "pg:ivfflat@dot"]) == 0 and main(argv) == 0
+    ask = {"q": "cell protein gene", "k": 3}
+    server = pgserver.get_server(pg_data)
+    with TestClient(create_app(tmp_path, tiny_checkpoints, load_in_background=False)) as client:
+        answers = {
+            m: client.get("/search", params={"model": m, **ask}) for m in ("baseline-pg_ivfflat_dot", "baseline")
+        }
+        assert [a.status_code for a in answers.values()] == [200, 200]
+        postmaster = psutil.Process(server.get_pid())
+        postmaster.send_signal(signal.SIGINT)  # Postgres's fast shutdown
+        postmaster.wait(30)
+        try:
+            client.app.state.registry.reload()  # its state cannot be read: the entry is kept, not reopened
+            down = client.get("/search", params={"model": "baseline-pg_ivfflat_dot", **ask})
+            assert down.status_code == 503 and "unreachable" in down.json()["detail"]
+            assert client.get("/search", params={"model": "baseline", **ask}).json() == answers["baseline"].json()
+        finally:
+            server.ensure_postgres_running()
+        again = client.get("/search", params={"model": "baseline-pg_ivfflat_dot", **ask})
+        assert again.status_code == 200 and again.json() == answers["baseline-pg_ivfflat_dot"].json()
+
+
+def test_cone_eval_store_pgvector_adds_its_rows_beside_faiss_flat(pg_data, tiny_beir, tiny_checkpoints, tmp_path):
+    argv = ["eval", "--models", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-sts"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--no-progress", "--store", "pgvector"]
+    assert main(argv) == 0
+    rows = {r["factory"]: r["metrics"] for r in json.loads((tmp_path / "report.json").read_text())["results"]}
+    types = ("pg:hnsw@cosine", "pg:hnsw_halfvec@cosine", "pg:ivfflat@cosine", "pg:hnsw_bit+rescore:40@cosine")
+    assert set(rows) == {"Flat", *types}
+    for factory in types:  # 40 documents: every type finds FAISS Flat's top 10 (the re-rank sees all 40)
+        assert rows[factory]["recall_at_10_vs_flat"] == pytest.approx(1.0) and rows[factory]["bytes_per_vector"] > 0
+        assert rows[factory]["ndcg_at_10"] == pytest.approx(rows["Flat"]["ndcg_at_10"], abs=1e-3)
