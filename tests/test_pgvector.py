@@ -22,9 +22,10 @@ from cone.geometry import unit_rows
 from cone.indexing.codes import typed_settings
 from cone.indexing.factory import STORES, build_codes, read_codes
 from cone.indexing.open import open_index
-from cone.indexing.pgvector_store import LOCATION_FILE, Server, Table, _redacted
+from cone.indexing.pgvector_store import LOCATION_FILE, PgvectorStore, Server, Table, _redacted
 from cone.indexing.spec import parse_index_type
 from cone.service.app import create_app
+from cone.service.registry import load_entries
 
 pgserver = pytest.importorskip("pgserver")
 sql = pytest.importorskip("psycopg").sql
@@ -181,12 +182,15 @@ def test_the_server_stopped_is_503_for_its_indexes_alone_and_they_answer_again_w
             down = client.get("/search", params={"model": "baseline-pg_ivfflat_dot", **ask})
             assert down.status_code == 503 and "unreachable" in down.json()["detail"]
             assert client.get("/search", params={"model": "baseline", **ask}).json() == answers["baseline"].json()
+            opened_now, _ = load_entries(tmp_path, tiny_checkpoints)  # a service started while the server is down
+            assert opened_now["baseline-pg_ivfflat_dot"].transient and opened_now["baseline"].available
         finally:
             server.ensure_postgres_running()
         again = client.get("/search", params={"model": "baseline-pg_ivfflat_dot", **ask})
         assert again.status_code == 200 and again.json() == answers["baseline-pg_ivfflat_dot"].json()
 
 
+@pytest.mark.slow
 def test_cone_eval_store_pgvector_adds_its_rows_beside_faiss_flat(pg_data, tiny_beir, tiny_checkpoints, tmp_path):
     argv = ["eval", "--models", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-sts"]
     argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--no-progress", "--store", "pgvector"]
@@ -197,3 +201,21 @@ def test_cone_eval_store_pgvector_adds_its_rows_beside_faiss_flat(pg_data, tiny_
     for factory in types:  # 40 documents: every type finds FAISS Flat's top 10 (the re-rank sees all 40)
         assert rows[factory]["recall_at_10_vs_flat"] == pytest.approx(1.0) and rows[factory]["bytes_per_vector"] > 0
         assert rows[factory]["ndcg_at_10"] == pytest.approx(rows["Flat"]["ndcg_at_10"], abs=1e-3)
+
+
+def test_a_users_server_is_named_by_its_dsn_which_no_file_keeps(
+    pg_data, tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
+):
+    monkeypatch.setitem(STORES, "pgvector", STORES["pgvector"])  # --pg-dsn configures the registry's store
+    dsn = pgserver.get_server(pg_data).get_uri()  # the embedded server, reached as a user's would be
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--index-factory", "pg:hnsw_halfvec"]
+    assert main([*argv, "--pg-dsn", dsn]) == 0
+    folder = tmp_path / "baseline-pg_hnsw_halfvec_cosine"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["index_params"]["server"] == f"{pg_data}:5432/postgres"
+    assert not any(dsn in p.read_text() for p in folder.iterdir() if p.suffix in (".json", ".jsonl"))
+    monkeypatch.setitem(STORES, "pgvector", PgvectorStore())  # a later command not given the DSN
+    monkeypatch.delenv("CONE_PG_DSN", raising=False)
+    with pytest.raises(InputError, match="give its DSN"):
+        open_index(folder, Encoders(tiny_checkpoints))
