@@ -29,7 +29,7 @@ import threading
 import uuid
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -113,7 +113,7 @@ class Server:
     """A Postgres to connect to: ``where`` is what may be recorded and printed (``embedded``, or host:port/db)."""
 
     where: str
-    dsn: str | None = None  # a user's server
+    dsn: str | None = field(default=None, repr=False)  # a user's server; never printed, its password least
     data: Path | None = None  # the embedded one's data folder
 
     def connect(self) -> Any:
