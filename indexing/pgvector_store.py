@@ -27,6 +27,7 @@ import os
 import struct
 import threading
 import uuid
+import warnings
 from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ EMBEDDED = "embedded"
 DATA_FOLDER = ".pgdata"  # hidden: the service's listing of index folders skips it
 LOCATION_FILE = "pgvector.json"
 CONNECT_TIMEOUT_S = 10
+STATEMENT_TIMEOUT_MS = 30_000  # one search's transaction at the most
 OPERATOR = {COSINE: "<=>", L2: "<->", DOT: "<#>"}
 OPS = {COSINE: "cosine_ops", L2: "l2_ops", DOT: "ip_ops"}
 MAX_INDEXED_DIM = {HNSW: 2000, IVFFLAT: 2000, HALFVEC: 4000, BIT: 64000}  # pgvector's limits per index
@@ -143,7 +145,9 @@ def _embedded_uri(data: Path | None) -> str:
     """The embedded server's URI, started if it is not running (by pgserver, which stops it when the last process
     that asked for it exits)."""
     try:
-        import pgserver
+        with warnings.catch_warnings():  # platformdirs' warning of an unset $XDG_RUNTIME_DIR: only cli/ prints
+            warnings.simplefilter("ignore")
+            import pgserver
     except ImportError as exc:
         raise InputError(f"the embedded Postgres is not installed ({exc}); fix: {INSTALL}, or give --pg-dsn") from None
     assert data is not None
@@ -268,15 +272,17 @@ def _literal(value: object) -> Any:
 
 
 def _settings_sql(kind: IndexType, settings: Mapping[str, Setting]) -> list[Any]:
-    """SET LOCAL of every search setting, iterative scans on unless turned off; the planner told to use the index
-    (a small table's sequential scan would be exact search, not the index measured)."""
+    """SET LOCAL of the statement timeout and every search setting, iterative scans on unless turned off; the
+    planner told to use the index (a small table's sequential scan would be exact search, not the index measured)."""
+    sql = psycopg_module().sql
+    # A search that waits past this (a lock held on its table, a server overloaded) is cancelled: StoreUnavailable.
+    timeout = [sql.SQL("SET LOCAL statement_timeout = {}").format(_literal(STATEMENT_TIMEOUT_MS))]
     pg_type = PgType.of(kind.factory)
     if pg_type.index == EXACT:
-        return []
+        return timeout
     family = "ivfflat" if pg_type.index == IVFFLAT else "hnsw"
     chosen: dict[str, object] = {f"{family}.iterative_scan": True} | dict(settings)
-    sql = psycopg_module().sql
-    statements = [sql.SQL("SET LOCAL enable_seqscan = off")]
+    statements = [*timeout, sql.SQL("SET LOCAL enable_seqscan = off")]
     for name, value in chosen.items():
         if isinstance(value, bool):
             value = "relaxed_order" if value else "off"

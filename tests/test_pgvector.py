@@ -20,6 +20,7 @@ from cone.cli import main
 from cone.encoders.registry import Encoders
 from cone.errors import InputError, StoreUnavailable
 from cone.geometry import unit_rows
+from cone.indexing import pgvector_store
 from cone.indexing.codes import typed_settings
 from cone.indexing.factory import STORES, build_codes, read_codes
 from cone.indexing.open import open_index
@@ -245,3 +246,16 @@ def test_the_metric_rule_for_pgvector_halfvec_holds_and_the_binary_recipe_loses_
     kept = {f: recall[0.99, f] / recall[0.0, f] for c, f in recall if c == 0.0}
     assert kept["pg:hnsw_halfvec@dot"] > HOLDS
     assert kept["pg:hnsw_bit+rescore:40@cosine"] < LOSES and kept["pg:hnsw_bit+rescore:40@l2"] < LOSES
+
+
+def test_a_search_that_waits_past_its_statement_timeout_is_transient(pg_data, tmp_path, monkeypatch):
+    monkeypatch.setattr(pgvector_store, "STATEMENT_TIMEOUT_MS", 300)
+    kind = parse_index_type("pg:hnsw")
+    codes = build_codes(unit_rows(np.eye(8, dtype=np.float32)), kind)
+    codes.write(tmp_path)
+    with connect(pg_data) as holder, holder.transaction():  # another session holds the table: the search waits
+        holder.execute(codes.table.sql("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+        with pytest.raises(StoreUnavailable, match="statement timeout"):
+            codes.search(np.eye(8, dtype=np.float32)[:1], 3)
+    assert codes.search(np.eye(8, dtype=np.float32)[:1], 3)[1][0, 0] == 0  # the lock gone, it answers again
+    codes.close()
