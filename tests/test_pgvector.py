@@ -22,10 +22,11 @@ from cone.errors import InputError, StoreUnavailable
 from cone.geometry import unit_rows
 from cone.indexing import pgvector_store
 from cone.indexing.codes import typed_settings
-from cone.indexing.factory import STORES, build_codes, read_codes
+from cone.indexing.factory import STORES, build_codes, read_codes, streamed_writer
 from cone.indexing.open import open_index
 from cone.indexing.pgvector_store import LOCATION_FILE, PgvectorStore, Server, Table, _redacted
 from cone.indexing.spec import parse_index_type
+from cone.indexing.store import atomic_folder
 from cone.service.app import create_app
 from cone.service.registry import load_entries
 
@@ -259,3 +260,14 @@ def test_a_search_that_waits_past_its_statement_timeout_is_transient(pg_data, tm
             codes.search(np.eye(8, dtype=np.float32)[:1], 3)
     assert codes.search(np.eye(8, dtype=np.float32)[:1], 3)[1][0, 0] == 0  # the lock gone, it answers again
     codes.close()
+
+
+def test_a_build_that_fails_drops_the_table_it_made(pg_data, tmp_path):
+    kind, target = parse_index_type("pg:ivfflat@l2"), tmp_path / "index"
+    with pytest.raises(RuntimeError), atomic_folder(target) as tmp:
+        writer = streamed_writer(tmp, target, kind, 8)
+        writer.add(unit_rows(np.eye(8, dtype=np.float32)), [])
+        made = json.loads((tmp / LOCATION_FILE).read_text())["table"]
+        assert made in tables(pg_data)
+        raise RuntimeError("the encoder failed")  # before finish: the temporary folder goes, released first
+    assert made not in tables(pg_data) and not target.exists() and not list(tmp_path.iterdir())
