@@ -16,6 +16,7 @@ from cone.cli.options import (
     add_progress_option,
     add_ray_options,
     add_runtime_list_options,
+    add_store_config_option,
     checked_search_params,
     choice_list,
     comma_list,
@@ -73,6 +74,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="report folder")
     p.add_argument("--indexes", type=Path, default=None, help="index folder to reuse/fill (default OUT/indexes)")
     add_checkpoints_option(p)
+    add_store_config_option(p)
     p.add_argument(
         "--quick", action="store_true", help="50 test queries, 1,000 documents, 200 STS pairs (see docs/eval.md)"
     )
@@ -98,9 +100,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=[],
         help="comma list of stores whose index types are rows too: lancedb adds lance:FLAT, lance:IVF_PQ, "
         "lance:IVF_HNSW_SQ and lance:IVF_RQ (pip install 'cone[lancedb]'); usearch adds every codec (f32, f16, "
-        "bf16, i8, e4m3, e5m2, b1) by HNSW and exhaustively (pip install 'cone[usearch]'); faiss adds nothing (its "
-        "types are --index-factory's, which also takes the others' one by one). Every row is compared with FAISS "
-        "Flat",
+        "bf16, i8, e4m3, e5m2, b1) by HNSW and exhaustively (pip install 'cone[usearch]'); pgvector adds pg:hnsw, "
+        "pg:hnsw_halfvec, pg:ivfflat and pg:hnsw_bit+rescore:40 (pip install 'cone[pgvector]'); faiss adds "
+        "nothing (its types are --index-factory's, which also takes the others' one by one). Every row is compared "
+        "with FAISS Flat",
     )
     p.add_argument(
         "--metric",

@@ -13,6 +13,7 @@ from cone.cli.options import (
     add_progress_option,
     add_ray_options,
     add_runtime_options,
+    add_store_config_option,
     checked_search_params,
     index_factory,
     layer,
@@ -56,15 +57,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         "BIN (sign bits, Hamming distance) or BIN+rescore:R (Hamming's top R re-ranked by the float32 vectors); "
         "or a LanceDB type: lance:FLAT (exhaustive), lance:IVF_PQ, lance:IVF_HNSW_SQ, lance:IVF_RQ (RaBitQ); "
         "or a USearch codec: usearch:f32, f16, bf16, i8, e4m3, e5m2, b1 (HNSW), usearch:exact:CODEC (exhaustive "
-        "over the same codes). TYPE@METRIC names the metric too (lance:IVF_PQ@cosine)",
+        "over the same codes); or a pgvector type: pg:exact, pg:hnsw, pg:hnsw_halfvec, pg:ivfflat, "
+        "pg:hnsw_bit+rescore:R (sign bits under HNSW, the top R re-ranked by the float vectors in SQL). TYPE@METRIC "
+        "names the metric too (lance:IVF_PQ@cosine)",
     )
     p.add_argument(
         "--store",
         choices=tuple(STORES),
         default=None,
         help="where the vectors live: faiss (an index file), lancedb (a Lance table in the index folder; "
-        "pip install 'cone[lancedb]') or usearch (a .usearch file; pip install 'cone[usearch]'). Default: the "
-        "store --index-factory names; --store lancedb alone means lance:FLAT, --store usearch usearch:exact:f32. "
+        "pip install 'cone[lancedb]'), usearch (a .usearch file; pip install 'cone[usearch]') or pgvector (a "
+        "Postgres table; pip install 'cone[pgvector]'; see --pg-dsn). Default: the store --index-factory names; "
+        "--store lancedb alone means lance:FLAT, --store usearch usearch:exact:f32, --store pgvector pg:exact. "
         "Parameters a store chooses from the corpus are recorded in the manifest (index_params)",
     )
     p.add_argument(
@@ -109,6 +113,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_ray_options(p)
     add_checkpoints_option(p)
+    add_store_config_option(p)
     add_progress_option(p)
     p.set_defaults(handler=run_index)
 

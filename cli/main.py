@@ -10,7 +10,9 @@ from typing import NoReturn
 
 from cone import __version__
 from cone.cli import data, demo, doctor, eval, finetune, geometry, index, serve, train
+from cone.cli.options import store_config
 from cone.errors import EXIT_CODES, ConeError, Interrupted
+from cone.indexing.factory import configure_stores
 
 EPILOG = "exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items())
 
@@ -38,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_stores(store_config(args))
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:

@@ -42,6 +42,21 @@ def add_checkpoints_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_store_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pg-dsn",
+        default=None,
+        help="the Postgres of --store pgvector, as a libpq DSN or URI (default $CONE_PG_DSN; without either, an "
+        "embedded Postgres with pgvector in $CONE_PG_DATA or OUT/.pgdata, started and stopped by cone). Written "
+        "nowhere: manifests and messages name its host, port and database only",
+    )
+
+
+def store_config(args: argparse.Namespace) -> dict[str, str]:
+    """The stores' settings a command was given (cone.indexing.factory.configure_stores)."""
+    return {"pg_dsn": args.pg_dsn} if getattr(args, "pg_dsn", None) else {}
+
+
 def add_progress_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 

@@ -9,7 +9,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from cone.cli.options import add_checkpoints_option, host, non_negative_float, port, positive_int
+from cone.cli.options import (
+    add_checkpoints_option,
+    add_store_config_option,
+    host,
+    non_negative_float,
+    port,
+    positive_int,
+)
 from cone.errors import InputError
 from cone.service.batching import DEFAULT_BATCHING, DEFAULT_MAX_BATCH, DEFAULT_WINDOW_MS, BatchSettings
 from cone.service.connections import (
@@ -78,6 +85,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="do not serve /docs and /redoc (their pages load Swagger UI and ReDoc from a public CDN)",
     )
     add_checkpoints_option(p)
+    add_store_config_option(p)
     p.set_defaults(handler=run_serve)
 
 

@@ -42,6 +42,15 @@ class ClusterError(ConeError):
     label = "cluster"
 
 
+class StoreUnavailable(ConeError):
+    """A store whose data lives in a server could not be reached (refused, timed out, the connection dropped): a
+    transient failure, not a damaged index. The service answers 503 for that index alone and tries again; nothing
+    is written or dropped. The message names the server by host, database and table only, never its password."""
+
+    exit_code = 5
+    label = "unavailable"
+
+
 class Interrupted(ConeError):
     """Ctrl-C, after whatever could be saved was saved; the message says what was kept. ``still_running``: work that
     writes no index (the demo's eval) goes on in native code on another thread, so the process leaves without its
@@ -60,5 +69,6 @@ EXIT_CODES = {
     InputError.exit_code: "bad input: an argument, file, dataset or index that cannot be used",
     ModelUnavailable.exit_code: "a model's weights are not on this machine (the message says how to get them)",
     ClusterError.exit_code: "the Ray cluster failed (unreachable, or a task failed past its retries)",
+    StoreUnavailable.exit_code: "a store's server could not be reached (refused, timed out); try again",
     Interrupted.exit_code: "interrupted (Ctrl-C)",
 }

@@ -12,6 +12,7 @@ and rows.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -79,6 +80,40 @@ def parse_search_params(params: str) -> dict[str, str]:
             raise InputError(f"invalid --search-params {params!r}: qb (RaBitQ's query bits) is 1 to 8, not {value}")
         settings[name] = value
     return settings
+
+
+Setting = int | float | bool
+BOOLEANS = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+
+
+def typed_settings(params: str, schema: Mapping[str, type], store: str) -> dict[str, Setting]:
+    """``name=value,...`` read by one store's own ``schema`` (each name's type): ``int`` a count > 0, ``float`` a
+    number > 0 (an oversampling factor), ``bool`` on/off (true/false, 1/0). A name the store does not take is
+    refused with the ones it does."""
+    settings: dict[str, Setting] = {}
+    for name, value in parse_search_params(params).items():
+        kind = schema.get(name)
+        if kind is None:
+            raise InputError(
+                f"invalid --search-params {params!r}: {store} takes {', '.join(schema) or 'no settings'}, not {name}"
+            )
+        settings[name] = _typed(params, name, value, kind)
+    return settings
+
+
+def _typed(params: str, name: str, value: str, kind: type) -> Setting:
+    if kind is bool:
+        if value.lower() not in BOOLEANS:
+            raise InputError(f"invalid --search-params {params!r}: {name} is on or off, not {value!r}")
+        return BOOLEANS[value.lower()]
+    try:
+        number = kind(value)
+    except ValueError:
+        number = 0
+    if not number > 0:
+        what = "a whole number" if kind is int else "a number"
+        raise InputError(f"invalid --search-params {params!r}: {name} must be {what} > 0, not {value!r}")
+    return number
 
 
 def similarity(distances: np.ndarray, metric: str) -> np.ndarray:
@@ -174,3 +209,6 @@ class Store(Protocol):
     def repairs(self, index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
         """What the store offers to repair ``index`` (built over ``vectors``), in the store's own terms."""
         ...
+
+    # Where the data lives elsewhere (a database server): ``configured``, ``verify``, ``state`` and ``release``,
+    # which a store whose data lives in its index folder leaves out (cone.indexing.location has what it does).

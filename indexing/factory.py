@@ -10,11 +10,13 @@ implementing cone.indexing.codes.Store and one line of ``STORES``.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from contextlib import suppress
 from pathlib import Path
 
 import numpy as np
 
-from cone.errors import InputError
+from cone.errors import InputError, StoreUnavailable
 from cone.indexing.codes import Codes, IndexType, Store, StreamWriter, parse_search_params
 from cone.indexing.faiss_store import (  # noqa: F401 -- the FAISS store's names, for their users
     BINARY_FILE,
@@ -33,11 +35,15 @@ from cone.indexing.faiss_store import (  # noqa: F401 -- the FAISS store's names
     write_faiss,
 )
 from cone.indexing.lance import LanceStore
+from cone.indexing.location import StoreConfig, configured, member
+from cone.indexing.pgvector_store import PgvectorStore
 from cone.indexing.usearch_store import UsearchStore
 from cone.indexing.user_index import UserIndex
 
 # The registry: --store's names, each with its store. The first is the default, whose types carry no prefix.
-STORES: dict[str, Store] = {store.name: store for store in (FaissStore(), LanceStore(), UsearchStore())}
+STORES: dict[str, Store] = {
+    store.name: store for store in (FaissStore(), LanceStore(), UsearchStore(), PgvectorStore())
+}
 DEFAULT_STORE = FaissStore.name
 
 __all__ = ["Codes", "IndexType", "STORES", "parse_search_params"]  # the parsers: cone.indexing.spec
@@ -83,9 +89,41 @@ def streamed_writer(folder: Path, final: Path, kind: IndexType, dim: int, search
 def read_codes(
     folder: Path, kind: IndexType, dim: int, search_params: str, on_disk: bool, params: dict | None = None
 ) -> Codes:
-    """What ``Codes.write`` (or a streamed writer) wrote, by the store of ``kind``; ``on_disk``: a streamed FAISS
-    build's lists stay on disk; ``params``: the manifest's index_params. Raises DamagedIndex for unreadable files."""
-    return STORES[kind.store].read(folder, kind, dim, search_params, on_disk, params or {})
+    """What ``Codes.write`` (or a streamed writer) wrote, by the store of ``kind``, verified against the manifest;
+    ``on_disk``: a streamed FAISS build's lists stay on disk; ``params``: the manifest's index_params. Raises
+    DamagedIndex for unreadable files or data that is not what the manifest says, StoreUnavailable where the store's
+    server cannot be reached."""
+    store, params = STORES[kind.store], params or {}
+    codes = store.read(folder, kind, dim, search_params, on_disk, params)
+    try:
+        member(store, "verify")(folder, kind, dim, params)
+    except BaseException:
+        codes.close()
+        raise
+    return codes
+
+
+def configure_stores(config: StoreConfig) -> None:
+    """Every store of the registry built from ``config`` (the command line's and the environment's settings of the
+    stores whose data lives in a server); a store that takes none stays as it is."""
+    for name, store in STORES.items():
+        STORES[name] = configured(store, config)
+
+
+def index_state(folder: Path, kind: IndexType, params: dict) -> Hashable | None:
+    """What tells the service's reload that the index at ``folder`` is made of the very data it was opened from
+    (equal tokens: it is); None where it cannot be read. StoreUnavailable where the store's server is unreachable."""
+    return member(STORES[kind.store], "state")(folder, kind, params)
+
+
+def release_folder(folder: Path) -> bool:
+    """Drop what any store owns elsewhere for the index folder ``folder``, which is going away; False where a
+    store's server could not be reached (the folder is then kept, so that a later build releases it)."""
+    with suppress(StoreUnavailable):
+        for store in STORES.values():
+            member(store, "release")(folder)
+        return True
+    return False
 
 
 def open_user_index(path: Path, table: str | None = None) -> UserIndex:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 
 from cone.encoders.base import Runtime
 from cone.encoders.registry import Encoders
+from cone.errors import InputError
 from cone.indexing.dense import DenseIndex
+from cone.indexing.factory import index_state as store_state
 from cone.indexing.index import Index
 from cone.indexing.lexical import BM25Index
+from cone.indexing.location import files_state
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
-from cone.indexing.spec import LEXICAL
+from cone.indexing.spec import LEXICAL, recorded_type
 
 
 def open_index(
@@ -35,3 +39,16 @@ def open_index(
         return BM25Index(folder, manifest)
     encoders = Encoders() if encoders is None else encoders
     return DenseIndex(folder, encoders.get(manifest.model, manifest.layer, manifest.runtime), manifest)
+
+
+def index_state(folder: Path, manifest: DenseManifest | BM25Manifest) -> Hashable | None:
+    """The token that stays equal while the index at ``folder`` is made of the very data it was opened from (its
+    files; and, for a store that keeps its data in a server, what it keeps there); None where it cannot be told.
+    StoreUnavailable where that server cannot be reached."""
+    if manifest.kind == LEXICAL:
+        return files_state(folder)
+    try:
+        kind = recorded_type(manifest.index_factory, manifest.index_metric)
+    except InputError:  # a type cone does not know: the index is unavailable, and opened again at every reload
+        return None
+    return store_state(folder, kind, manifest.index_params)

@@ -23,6 +23,7 @@ import numpy as np
 from cone.data.loaders import Corpus
 from cone.errors import DamagedIndex
 from cone.indexing import guard
+from cone.indexing.factory import release_folder
 from cone.indexing.manifest import MANIFEST, BM25Manifest, DenseManifest, write_manifest
 
 DOCS = "docs.jsonl"
@@ -78,13 +79,13 @@ def _atomic_folder(target: Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     recover(target)
     for stale in _leftovers(target):
-        shutil.rmtree(stale, ignore_errors=True)
+        _remove(stale)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         yield tmp
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
     if target.exists():
@@ -94,7 +95,14 @@ def _atomic_folder(target: Path) -> Iterator[Path]:
     except FileNotFoundError:  # a reader's recover() moved this very folder into place between the renames
         if not (target / MANIFEST).is_file():
             raise
-    shutil.rmtree(old, ignore_errors=True)
+    _remove(old)
+
+
+def _remove(folder: Path) -> None:
+    """Remove an index folder that is going away, after its store released what it owns elsewhere (a table); one
+    whose store's server cannot be reached now stays, a leftover that the next build releases and removes."""
+    if release_folder(folder):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class DocTable:

@@ -20,7 +20,7 @@ from pydantic import StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cone import __version__
-from cone.errors import DamagedIndex, InputError
+from cone.errors import DamagedIndex, InputError, StoreUnavailable
 from cone.indexing.postprocess import is_synthetic
 from cone.indexing.spec import LEXICAL, recorded_type
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings
@@ -109,7 +109,7 @@ def find_entry(registry: Registry, name: str, need_index: bool = True) -> Entry:
     if need_index and not entry.available:
         if (build := registry.building(name)) is not None:
             raise HTTPException(503, f"model {name!r} is still being built ({build_line(build)}); GET /readyz")
-        raise HTTPException(409, f"model {name!r} is unavailable: {entry.reason}")
+        raise HTTPException(503 if entry.transient else 409, f"model {name!r} is unavailable: {entry.reason}")
     return entry
 
 
@@ -168,6 +168,8 @@ def search_entry(entry: Entry, q: str, k: int) -> SearchResponse:
         hits, spread = entry.search(q, k)
     except DamagedIndex:  # the entry marked itself unavailable, with the reason: the other indexes serve on
         raise HTTPException(409, f"model {entry.name!r} is unavailable: {entry.reason}") from None
+    except StoreUnavailable as exc:  # its server is unreachable now: this index alone, and the next search tries again
+        raise HTTPException(503, f"model {entry.name!r} is unavailable for now: {exc}") from None
     return SearchResponse(
         model=entry.name,
         query=q,

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
-import stat
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -23,11 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from cone.encoders.registry import Encoders, changing_weights, missing
-from cone.errors import ConeError, DamagedIndex, ModelUnavailable
+from cone.errors import ConeError, DamagedIndex, ModelUnavailable, StoreUnavailable
 from cone.indexing import store
 from cone.indexing.index import Hit, Index, SearchResult
+from cone.indexing.location import files_state
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
-from cone.indexing.open import open_index
+from cone.indexing.open import index_state, open_index
 from cone.indexing.spec import MODEL_NAMES
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
 from cone.service.limits import one_line
@@ -50,7 +49,8 @@ class Entry:
     lock: threading.Lock = field(default_factory=threading.Lock)
     batching: BatchSettings = DEFAULT_BATCHING
     failed: bool = False  # set by ``fail``: the index broke while served; unavailable until a reload
-    source: tuple | None = None  # ``files_state`` of its folder and its weights when opened: None, never reused
+    transient: bool = False  # unavailable because its store's server could not be reached: a 503, tried again
+    source: tuple | None = None  # ``index_state`` of its folder and its weights when opened: None, never reused
 
     def __post_init__(self) -> None:
         self.reason = self.reason and one_line(self.reason)
@@ -107,27 +107,12 @@ def _unavailable_model(name: str, folder: Path, checkpoints: Path | None) -> Ent
     )
 
 
-def files_state(folder: Path) -> tuple | None:
-    """Each regular file under ``folder`` with its inode, size and modification time: what tells a reload that an
-    index is made of the very files it was opened from (a rebuild swaps in new files, a truncation changes the
-    size and the time). None where it cannot be read."""
-    found = []
-    try:
-        for root, _, names in os.walk(folder):
-            for name in names:
-                info = os.stat(os.path.join(root, name))
-                if stat.S_ISREG(info.st_mode):
-                    found.append((os.path.join(root, name), info.st_ino, info.st_size, info.st_mtime_ns))
-    except OSError:
-        return None
-    return tuple(sorted(found))
-
-
-def _source(path: Path, model: str, checkpoints: Path | None) -> tuple | None:
-    """``files_state`` of an index folder and of its model's weights where they are files that can change (a
-    checkpoint folder, st:PATH; weights installed as a package cannot)."""
-    weights = changing_weights(model, checkpoints)
-    folder, model_files = files_state(path), files_state(weights) if weights else ()
+def _source(path: Path, manifest: DenseManifest | BM25Manifest, checkpoints: Path | None) -> tuple | None:
+    """``index_state`` of an index (its folder's files; and the data its store keeps elsewhere) and ``files_state``
+    of its model's weights where they are files that can change (a checkpoint folder, st:PATH; weights installed as
+    a package cannot). StoreUnavailable where the store's server cannot be reached."""
+    weights = changing_weights(manifest.model, checkpoints)
+    folder, model_files = index_state(path, manifest), files_state(weights) if weights else ()
     return None if folder is None or model_files is None else (folder, model_files)
 
 
@@ -138,10 +123,12 @@ def _open_entry(
     manifest = None
     try:
         manifest = read_manifest(path)
-        source = _source(path, manifest.model, checkpoints)  # before opening: a change meanwhile is seen next time
+        source = _source(path, manifest, checkpoints)  # before opening: a change meanwhile is seen next time
         index = open_index(path, encoders, manifest=manifest)
     except ModelUnavailable as exc:
         return Entry(path.name, manifest, reason=exc.explanation)
+    except StoreUnavailable as exc:
+        return Entry(path.name, manifest, reason=str(exc), transient=True)
     except ConeError as exc:
         return Entry(path.name, manifest, reason=str(exc))
     except Exception as exc:  # a defect this code did not foresee in one index must not stop the others
@@ -151,13 +138,14 @@ def _open_entry(
 
 
 def _unchanged(entry: Entry | None, path: Path, checkpoints: Path | None) -> bool:
-    """Whether ``entry`` serves and was opened from exactly the files now at ``path`` (and its weights)."""
-    return (
-        entry is not None
-        and entry.available
-        and entry.source is not None
-        and entry.source == _source(path, entry.manifest.model, checkpoints)
-    )
+    """Whether ``entry`` serves and was opened from exactly the files now at ``path`` (and its weights). One whose
+    store's server cannot be reached now is kept: its searches answer 503 until the server is back."""
+    if entry is None or not entry.available or entry.source is None:
+        return False
+    try:
+        return entry.source == _source(path, entry.manifest, checkpoints)
+    except StoreUnavailable:
+        return True
 
 
 def load_entries(

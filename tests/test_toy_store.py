@@ -1,10 +1,14 @@
 """A store added through the protocol alone (cone.indexing.codes.Store): one class here and one registry entry,
 then built by ``cone index`` (in memory and streamed), served and evaluated, and a user's own file of it checked by
-``cone doctor --index`` and repaired, with no other change."""
+``cone doctor --index`` and repaired, with no other change. A second one keeps its data outside its index folder
+(a SQLite file), through the location members of the protocol."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
+import uuid
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +19,8 @@ from cone.cli import main
 from cone.encoders.registry import Encoders
 from cone.errors import DamagedIndex
 from cone.indexing.codes import DOT, IndexType
-from cone.indexing.factory import STORES
+from cone.indexing.factory import STORES, configure_stores
+from cone.indexing.location import files_state
 from cone.indexing.open import open_index
 from cone.indexing.user_index import RepairRecipe, UserIndex, centered, searching_centered
 from cone.service.app import create_app
@@ -162,3 +167,121 @@ def test_a_users_own_file_of_a_toy_store_is_checked_and_repaired_by_the_doctor(t
     assert repair["recall_at_10"] > report["recall_at_10"] and repair["p"] < 0.05
     assert report["prescription"] == repair and fix.is_file()
     assert report["fixed"]["recall_at_10"] == repair["recall_at_10"]  # read back from --fix as its user will
+
+
+# A store whose data lives outside its index folder: each build's rows in a table of one SQLite file beside the
+# folders (or the file its configuration names), the table named in the folder. It implements the location members
+# (cone.indexing.location) that a folder store leaves out: configured, verify, state and release.
+
+BUILDS = "CREATE TABLE IF NOT EXISTS builds (name TEXT PRIMARY KEY, rows INTEGER)"
+
+
+class SqliteToyStore(ToyStore):
+    name, prefix, exact = "toysql", "toysql:", "toysql:exact"
+
+    def __init__(self, database: Path | None = None) -> None:
+        self.database = database
+
+    def configured(self, config) -> SqliteToyStore:
+        return SqliteToyStore(Path(config["toysql_db"]) if "toysql_db" in config else self.database)
+
+    def _db(self, folder: Path) -> sqlite3.Connection:
+        db = sqlite3.connect(self.database or folder.parent / ".toysql.db")
+        db.execute(BUILDS)
+        return db
+
+    def streamed(self, folder, final, kind, dim, search_params) -> SqliteToyWriter:
+        return SqliteToyWriter(self, folder)
+
+    def build(self, vectors, kind, search_params, ids) -> SqliteToyCodes:
+        return SqliteToyCodes(vectors, self)
+
+    def read(self, folder, kind, dim, search_params, on_disk, params) -> ToyCodes:
+        with closing(self._db(folder)) as db:
+            try:
+                blobs = db.execute(f'SELECT v FROM "{params["table"]}" ORDER BY id').fetchall()
+            except sqlite3.OperationalError as exc:
+                raise DamagedIndex(f"{folder}: {exc}") from None
+        return ToyCodes(np.array([np.frombuffer(b, dtype=np.float32) for (b,) in blobs]).reshape(-1, dim))
+
+    def verify(self, folder, kind, dim, params) -> None:
+        with closing(self._db(folder)) as db:
+            found = db.execute("SELECT rows FROM builds WHERE name = ?", (params["table"],)).fetchone()
+        if found is None or found[0] != params["rows"]:
+            raise DamagedIndex(f"{folder}: table {params['table']} is not the one built ({found})")
+
+    def state(self, folder, kind, params):
+        with closing(self._db(folder)) as db:
+            found = db.execute("SELECT rows FROM builds WHERE name = ?", (params["table"],)).fetchone()
+        return files_state(folder), found
+
+    def release(self, folder: Path) -> None:
+        if (folder / "toysql.json").is_file():
+            table = json.loads((folder / "toysql.json").read_text())["table"]
+            with closing(self._db(folder)) as db, db:
+                db.execute(f'DROP TABLE IF EXISTS "{table}"')
+                db.execute("DELETE FROM builds WHERE name = ?", (table,))
+
+
+class SqliteToyWriter(ToyWriter):
+    def __init__(self, store: SqliteToyStore, folder: Path) -> None:
+        super().__init__(folder)
+        self.store, self.table = store, f"t_{uuid.uuid4().hex[:12]}"
+
+    def finish(self) -> dict:
+        rows = np.concatenate(self.parts).astype(np.float32)
+        (self.folder / "toysql.json").write_text(json.dumps({"table": self.table}))  # before the table: released
+        with closing(self.store._db(self.folder)) as db, db:
+            db.execute(f'CREATE TABLE "{self.table}" (id INTEGER PRIMARY KEY, v BLOB)')
+            db.executemany(f'INSERT INTO "{self.table}" VALUES (?, ?)', ((i, r.tobytes()) for i, r in enumerate(rows)))
+            db.execute("INSERT INTO builds VALUES (?, ?)", (self.table, len(rows)))
+        return {"table": self.table, "rows": len(rows)}
+
+
+class SqliteToyCodes(ToyCodes):
+    def __init__(self, vectors: np.ndarray, store: SqliteToyStore) -> None:
+        super().__init__(vectors)
+        self.store, self._params = store, {}
+
+    params = property(lambda self: self._params)
+
+    def write(self, folder: Path) -> None:
+        writer = SqliteToyWriter(self.store, folder)
+        writer.add(self.rows, [])
+        self._params = writer.finish()
+
+
+def test_a_store_whose_data_lives_outside_its_folder_is_built_served_evaluated_and_released(
+    monkeypatch, tiny_beir, tiny_checkpoints, tmp_path
+):
+    database = tmp_path / "vectors.db"
+    monkeypatch.setitem(STORES, "toysql", SqliteToyStore())
+    configure_stores({"toysql_db": str(database)})
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--store", "toysql", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0 and main([*argv[:-1], str(tmp_path / "stream"), "--stream", "--shard-size", "16"]) == 0
+    folder = tmp_path / "out" / "baseline-toysql_exact_dot"
+    first = json.loads((folder / "toysql.json").read_text())["table"]
+    assert main(argv) == 0  # rebuilt: its own table, the one it replaced dropped by the swap (release)
+    with closing(sqlite3.connect(database)) as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM builds")}
+    assert first not in tables and json.loads((folder / "toysql.json").read_text())["table"] in tables
+    assert len(tables) == 2  # and the streamed build's
+    queries = ["cell protein gene"]
+    index, streamed = (
+        open_index(f / folder.name, Encoders(tiny_checkpoints)) for f in (folder.parent, tmp_path / "stream")
+    )
+    (memory_run,), (streamed_run,) = (i.search(queries, 5).run(queries).values() for i in (index, streamed))
+    assert memory_run == pytest.approx(streamed_run)
+    with TestClient(create_app(folder.parent, tiny_checkpoints, load_in_background=False)) as client:
+        body = client.get("/search", params={"model": folder.name, "q": queries[0], "k": 5}).json()
+        assert [h["doc_id"] for h in body["hits"]] == [h.doc_id for h in index.search(queries, 5).hits(0)]
+        with closing(sqlite3.connect(database)) as db, db:
+            db.execute("UPDATE builds SET rows = 1")  # altered underneath: the next reload's state differs
+        client.app.state.registry.reload()
+        assert client.get("/search", params={"model": folder.name, "q": queries[0], "k": 5}).status_code == 409
+    argv = ["eval", "--models", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-sts"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path / "eval"), "--no-progress"]
+    assert main([*argv, "--store", "toysql"]) == 0
+    rows = {r["factory"]: r for r in json.loads((tmp_path / "eval" / "report.json").read_text())["results"]}
+    assert rows["toysql:exact@dot"]["metrics"]["recall_at_10_vs_flat"] == pytest.approx(1.0)
