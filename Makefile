@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 	python3.11 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev,openvino,finetune,ray,lancedb,usearch]'
+	$(PY) -m pip install -e '.[dev,openvino,finetune,ray,lancedb,usearch,sqlitevec,qdrant]'
 	$(PY) -m pip install --no-deps 'optimum-intel==2.2.*'  # without its torchvision (pyproject.toml says why)
 	touch $(STAMP)
 

@@ -1,0 +1,104 @@
+"""The sqlite-vec store (cone.indexing.sqlite_vec_store): vec0 tables in one database file, built in memory and
+streamed, searched, written and opened again, and refused where the file or its table is not what was written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cone.cli import main
+from cone.errors import DamagedIndex, InputError
+from cone.indexing.factory import build_codes, read_codes
+from cone.indexing.spec import parse_index_type
+from cone.indexing.sqlite_vec_store import DB_FILE
+
+pytest.importorskip("sqlite_vec")
+N, D = 300, 64
+
+
+@pytest.fixture(scope="module")
+def rows() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((N, D)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def recall(found: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, exact, strict=True)]))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("sqlite:float@dot", "no inner product"),
+        ("sqlite:bit@l2", "Hamming only"),
+        ("sqlite:int8+rescore:10", "sqlite-vec types are"),
+        ("sqlite:f16", "sqlite-vec types are"),
+    ],
+)
+def test_types_vec0_does_not_have_are_refused_in_one_line(text, why):
+    with pytest.raises(InputError, match=why) as refused:
+        parse_index_type(text)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("text", ["sqlite:float@l2", "sqlite:float@cosine"])
+def test_float_tables_are_exact_and_score_the_cosine(rows, text):
+    codes = build_codes(rows, parse_index_type(text))
+    scores, found = codes.search(rows[:20], 10)
+    cosines = rows[:20] @ rows.T
+    assert recall(found, np.argsort(-cosines, axis=1)[:, :10]) == 1.0
+    assert scores == pytest.approx(np.take_along_axis(cosines, found, 1), abs=1e-5)
+
+
+def test_codes_lose_what_they_round_and_rescoring_wins_it_back(rows):
+    exact = np.argsort(-(rows[:50] @ rows.T), axis=1)[:, :10]
+    kept = {
+        t: recall(build_codes(rows, parse_index_type(t)).search(rows[:50], 10)[1], exact)
+        for t in ("sqlite:int8@l2", "sqlite:bit", "sqlite:bit+rescore:100")
+    }
+    assert kept["sqlite:bit"] < kept["sqlite:bit+rescore:100"] and kept["sqlite:bit"] < kept["sqlite:int8@l2"]
+    codes = build_codes(rows, parse_index_type("sqlite:bit"))
+    assert codes.bytes_per_vector() < build_codes(rows, parse_index_type("sqlite:float")).bytes_per_vector() / 4
+
+
+@pytest.mark.parametrize("text", ["sqlite:float@cosine", "sqlite:int8@l2", "sqlite:bit", "sqlite:bit+rescore:30"])
+def test_a_written_table_is_opened_again_and_answers_the_same(rows, tmp_path, text):
+    kind = parse_index_type(text)
+    codes = build_codes(rows, kind)
+    codes.write(tmp_path)
+    again = read_codes(tmp_path, kind, D, "", False, codes.params)
+    assert again.ntotal == N
+    for (a_scores, a_rows), (b_scores, b_rows) in [(codes.search(rows[:10], 5), again.search(rows[:10], 5))]:
+        assert np.array_equal(a_rows, b_rows) and a_scores == pytest.approx(b_scores)
+    if text != "sqlite:bit":
+        assert again.vectors() == pytest.approx(rows, abs=0.1 if "int8" in text else 1e-6)
+
+
+def test_a_file_that_is_not_the_table_written_is_a_damaged_index(rows, tmp_path):
+    kind = parse_index_type("sqlite:int8@cosine")
+    codes = build_codes(rows, kind)
+    (tmp_path / DB_FILE).write_bytes(b"not a database" * 100)
+    with pytest.raises(DamagedIndex, match="not a readable SQLite database"):
+        read_codes(tmp_path, kind, D, "", False, codes.params)
+    (tmp_path / DB_FILE).unlink()
+    build_codes(rows, parse_index_type("sqlite:float@cosine")).write(tmp_path)
+    with pytest.raises(DamagedIndex, match=r"not vec0\(embedding int8\[64\] distance_metric=cosine\)"):
+        read_codes(tmp_path, kind, D, "", False, codes.params)
+
+
+def test_cone_index_builds_streams_and_evaluates_sqlite_vec(tiny_beir, tiny_checkpoints, tmp_path):
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--index-factory", "sqlite:int8@cosine"]
+    assert main([*argv, "--out", str(tmp_path / "memory")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "stream"), "--stream", "--shard-size", "16"]) == 0
+    (memory,), (streamed,) = (list((tmp_path / f).glob("*/" + DB_FILE)) for f in ("memory", "stream"))
+    assert memory.parent.name == streamed.parent.name == "baseline-sqlite_int8_cosine"
+    argv = ["eval", "--models", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-sts"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path / "eval"), "--no-progress"]
+    assert main([*argv, "--store", "sqlite-vec"]) == 0
+    rows = {r["factory"]: r for r in json.loads((tmp_path / "eval" / "report.json").read_text())["results"]}
+    assert rows["sqlite:float@l2"]["metrics"]["recall_at_10_vs_flat"] == pytest.approx(1.0)
+    assert {"sqlite:int8@l2", "sqlite:bit", "sqlite:bit+rescore:100"} <= set(rows)
