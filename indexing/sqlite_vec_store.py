@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from cone.errors import DamagedIndex, InputError
 from cone.indexing.codes import COSINE, DOT, HAMMING, L2, IndexType, parse_search_params, similarity
-from cone.indexing.user_index import RepairRecipe, UserIndex
+from cone.indexing.user_index import RepairRecipe, UserIndex, centered
 
 NAME = "sqlite-vec"  # --store's name
 PREFIX = "sqlite:"
@@ -220,6 +221,146 @@ def _declared(conn: object) -> str:
     return found[0] if found and found[0] else ""
 
 
+# A user's own SQLite file with a vec0 table (cone doctor --index FILE.db [--table NAME]), and its repairs.
+
+USER_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+VEC0 = re.compile(r"\busing\s+vec0\s*\((?P<body>.*)\)", re.IGNORECASE | re.DOTALL)
+VECTOR_COLUMN = re.compile(r"(\w+)\s+(float|int8|bit)\s*\[\s*(\d+)\s*\](?:\s+distance_metric\s*=\s*(\w+))?", re.I)
+KEY_COLUMN = re.compile(r"(\w+)\s+integer\s+primary\s+key", re.IGNORECASE)
+CODE_BYTES = {"float": 4.0, "int8": 1.0, "bit": 1 / 8}
+
+
+def _user_table(conn: object, path: Path, table: str | None) -> tuple[str, str]:
+    """The vec0 table named (or the file's only one) and its column list; one line where there is none."""
+    try:
+        tables = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
+    except SQLITE_ERRORS as exc:
+        raise InputError(f"--index {path}: not a SQLite database ({exc})") from None
+    vec0 = {name: VEC0.search(sql or "") for name, sql in tables.items()}
+    vec0 = {name: found.group("body") for name, found in vec0.items() if found}
+    if table is None:
+        if len(vec0) != 1:
+            names = ", ".join(vec0)
+            raise InputError(f"--index {path}: {len(vec0)} vec0 tables ({names or 'none'}): name one with --table")
+        table = next(iter(vec0))
+    if table not in tables:
+        raise InputError(f"--index {path}: no table {table!r} (it has {', '.join(tables) or 'none'})")
+    if table not in vec0:
+        raise InputError(
+            f"--index {path}: table {table!r} is not a vec0 table of sqlite-vec (CREATE VIRTUAL TABLE ... USING vec0)"
+        )
+    return table, vec0[table]
+
+
+def _user_search(conn: object, table: str, key: str, column: str, element: str, quantize: str) -> Callable:
+    sql = f"SELECT {key} FROM {table} WHERE {column} MATCH {quantize} AND k = ?"
+
+    def search(queries: np.ndarray, k: int) -> np.ndarray:
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        queries = queries if queries.dtype == np.int8 else np.asarray(queries, dtype=np.float32)  # vec_int8's own
+        for q, query in enumerate(np.ascontiguousarray(queries)):
+            found = [row_of[int(r)] for (r,) in conn.execute(sql, (query.tobytes(), k)).fetchall()]
+            rows[q, : len(found)] = found
+        return rows
+
+    keys = [int(r) for (r,) in conn.execute(f"SELECT {key} FROM {table} ORDER BY {key}").fetchall()]
+    row_of = {r: i for i, r in enumerate(keys)}
+    return search
+
+
+def open_user(path: Path, table: str | None) -> UserIndex:
+    """A vec0 table as sqlite-vec reads it: its first vector column (element type, dimension, distance_metric);
+    row i of ``--vectors`` is the row of the i-th smallest key. An int8 column's queries are quantized with
+    ``vec_quantize_int8(q, 'unit')``, sqlite-vec's own quantizer."""
+    try:
+        conn = connect(str(path), read_only=True)
+    except SQLITE_ERRORS as exc:
+        raise InputError(f"--index {path}: not a readable SQLite file ({exc})") from None
+    table, body = _user_table(conn, path, table)
+    found = VECTOR_COLUMN.search(body)
+    if found is None:
+        raise InputError(f"--index {path}: vec0 table {table!r} has no float[d], int8[d] or bit[d] column")
+    column, element, dim, metric = found.group(1), found.group(2).lower(), int(found.group(3)), found.group(4)
+    metric = HAMMING if element == "bit" else (metric or L2).lower()
+    key_found = KEY_COLUMN.search(body)
+    key = key_found.group(1) if key_found else "rowid"
+    n = int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    vectors = None
+    if element == "float":
+        blobs = conn.execute(f"SELECT {column} FROM {table} ORDER BY {key}").fetchall()
+        vectors = np.stack([np.frombuffer(b, dtype=np.float32) for (b,) in blobs]) if blobs else None
+    search = _user_search(conn, table, key, column, element, QUANTIZE[element])
+    params = {"table": table, "column": found.group(0), "key": key}
+    kind = f"vec0 {element}[{dim}], exact KNN"
+    where = f"{path} (table {table})"
+    return UserIndex(NAME, where, kind, metric, params, CODE_BYTES[element] * dim, n, dim, search, vectors, conn)
+
+
+def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
+    """A float column (what int8 and bit round away), and the same element type over vectors with a stored mean
+    subtracted (int8 scaled to its range, bit the signs of x - mean); each as a new table in a new file. A float
+    column is exact: nothing to repair."""
+    element = str(index.params["column"]).split()[1].split("[")[0].lower()
+    if element == "float":
+        return []
+    table, mean = str(index.params["table"]), vectors.mean(axis=0)
+    metric = COSINE if index.metric == HAMMING else index.metric
+    rows = centered(vectors, mean)
+    scale = INT8_UNIT / float(np.abs(rows).max())  # centred rows use the int8 range, not 'unit's [-1, 1]
+
+    path_suffix = Path(index.path.split(" (table")[0]).suffix or ".db"
+
+    def to_int8(x: np.ndarray) -> np.ndarray:
+        return np.clip(np.rint(x * scale), -127, 127).astype(np.int8)
+
+    def recipe(name: str, kind: str, center: bool, how: str, change: str) -> RepairRecipe:
+        declared = f"embedding {kind}[{index.dim}]" + ("" if kind == "bit" else f" distance_metric={metric}")
+        insert = {"float": "?", "int8": "vec_int8(?)", "bit": "vec_quantize_binary(?)"}[kind]
+
+        def write(path: Path) -> None:
+            conn = connect(str(path))
+            conn.execute(f"CREATE VIRTUAL TABLE {table} USING vec0(row INTEGER PRIMARY KEY, {declared})")
+            data = rows if center else np.ascontiguousarray(vectors, dtype=np.float32)
+            blobs = to_int8(data) if kind == "int8" else data
+            conn.execute("BEGIN")
+            conn.executemany(
+                f"INSERT INTO {table}(row, embedding) VALUES (?, {insert})",
+                [(i, b.tobytes()) for i, b in enumerate(blobs)],
+            )
+            conn.execute("COMMIT")
+            conn.close()
+
+        def opened(path: Path) -> UserIndex:
+            made = open_user(path, table)
+            if center:
+                conn = made.handle
+                search = _user_search(conn, table, "row", "embedding", kind, insert)
+                prepare = (lambda q: to_int8(centered(q, mean))) if kind == "int8" else (lambda q: centered(q, mean))
+                made.search = lambda queries, k: search(prepare(queries), k)
+            return made
+
+        return RepairRecipe(name, how, change, write, opened, path_suffix, center, metric)
+
+    made = [
+        recipe(
+            "float column",
+            "float",
+            False,
+            f"vec0({table}: embedding float[{index.dim}] distance_metric={metric})",
+            "queries as float32 blobs, not quantized",
+        )
+    ]
+    if element == "int8":
+        how = f"int8[{index.dim}] of round({scale:.1f} * (x - mean)/|x - mean|) inserted with vec_int8(?)"
+        how += " (the mean and scale kept beside it)"
+        change = "each query centred and normalized with the same mean, scaled and rounded alike, passed as vec_int8(?)"
+    else:
+        how = f"bit[{index.dim}] of vec_quantize_binary((x - mean)/|x - mean|) (the mean kept beside it)"
+        change = "each query centred with the same mean before vec_quantize_binary"
+    made.append(recipe(f"center ({element})", element, True, how, change))
+    return made
+
+
 class SqliteVecStore:
     """sqlite-vec (cone.indexing.codes.Store): ``sqlite:float``, ``sqlite:int8``, ``sqlite:bit[+rescore:R]``."""
 
@@ -231,14 +372,11 @@ class SqliteVecStore:
     legacy_metric = None  # every sqlite-vec index records its metric
     doctor_types = ()
 
+    open_user = staticmethod(open_user)
+    repairs = staticmethod(user_repairs)
+
     def claims(self, path: Path) -> bool:
-        return False  # a user's own SQLite file is not read by the doctor yet
-
-    def open_user(self, path: Path, table: str | None) -> UserIndex:
-        raise InputError(f"--index {path}: cone doctor does not read a SQLite file yet")
-
-    def repairs(self, index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
-        return []
+        return path.is_file() and path.suffix.lower() in USER_SUFFIXES
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         element, _ = _parts(factory)

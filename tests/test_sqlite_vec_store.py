@@ -12,7 +12,7 @@ from cone.cli import main
 from cone.errors import DamagedIndex, InputError
 from cone.indexing.factory import build_codes, read_codes
 from cone.indexing.spec import parse_index_type
-from cone.indexing.sqlite_vec_store import DB_FILE
+from cone.indexing.sqlite_vec_store import DB_FILE, connect
 
 pytest.importorskip("sqlite_vec")
 N, D = 300, 64
@@ -102,3 +102,50 @@ def test_cone_index_builds_streams_and_evaluates_sqlite_vec(tiny_beir, tiny_chec
     rows = {r["factory"]: r for r in json.loads((tmp_path / "eval" / "report.json").read_text())["results"]}
     assert rows["sqlite:float@l2"]["metrics"]["recall_at_10_vs_flat"] == pytest.approx(1.0)
     assert {"sqlite:int8@l2", "sqlite:bit", "sqlite:bit+rescore:100"} <= set(rows)
+
+
+def users_file(path, vectors: np.ndarray, element: str) -> None:
+    """A user's own database: a vec0 table of the store's own quantizer, keys from 1 as SQLite numbers rows."""
+    conn = connect(str(path))
+    quantize = {"int8": "vec_quantize_int8(?, 'unit')", "bit": "vec_quantize_binary(?)"}[element]
+    metric = " distance_metric=cosine" if element == "int8" else ""
+    conn.execute(f"CREATE VIRTUAL TABLE docs USING vec0(embedding {element}[{vectors.shape[1]}]{metric})")
+    rows = [(i + 1, v.tobytes()) for i, v in enumerate(vectors)]
+    conn.executemany(f"INSERT INTO docs(rowid, embedding) VALUES (?, {quantize})", rows)
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("element", ["int8", "bit"])
+def test_the_doctor_checks_a_users_vec0_table_and_repairs_it(tmp_path, capsys, element):
+    rng = np.random.default_rng(1)
+    m, x = rng.standard_normal(32), rng.standard_normal((600, 32))
+    x = 0.99 * m / np.linalg.norm(m) + 0.14 * x / np.linalg.norm(x, axis=1, keepdims=True)  # a 0.99 cone
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    users_file(tmp_path / "mine.db", x, element)
+    fix = tmp_path / "fixed.db"
+    argv = ["doctor", "--index", str(tmp_path / "mine.db"), "--vectors", str(tmp_path / "x.npy"), "--fix", str(fix)]
+    assert main([*argv, "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["index"]["store"] == "sqlite-vec" and report["index"]["type"] == f"vec0 {element}[32], exact KNN"
+    repairs = {r["name"]: r for r in report["repairs"]}
+    assert set(repairs) == {"float column", f"center ({element})"}
+    assert repairs["float column"]["recall_at_10"] > report["recall_at_10"]
+    assert repairs[f"center ({element})"]["recall_at_10"] > report["recall_at_10"]
+    assert report["fixed"]["recall_at_10"] == report["prescription"]["recall_at_10"] and fix.is_file()
+
+
+def test_a_file_that_is_not_a_database_or_a_table_without_vec0_columns_is_one_line(tmp_path, capsys):
+    (tmp_path / "not.db").write_bytes(b"just text, not SQLite\n" * 50)
+    assert main(["doctor", "--index", str(tmp_path / "not.db"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a SQLite database (file is not a database)" in err and len(err.splitlines()) == 1
+    conn = connect(str(tmp_path / "plain.db"))
+    conn.execute("CREATE TABLE docs(id INTEGER PRIMARY KEY, embedding BLOB)")
+    conn.close()
+    assert main(["doctor", "--index", str(tmp_path / "plain.db"), "--table", "docs", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "table 'docs' is not a vec0 table of sqlite-vec" in err and len(err.splitlines()) == 1
+    assert main(["doctor", "--index", str(tmp_path / "plain.db"), "--no-progress"]) == 2
+    assert "0 vec0 tables (none): name one with --table" in capsys.readouterr().err
