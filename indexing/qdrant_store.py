@@ -35,6 +35,7 @@ import shutil
 import tempfile
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -42,7 +43,7 @@ import numpy as np
 
 from cone.errors import DamagedIndex, InputError
 from cone.indexing.codes import COSINE, DOT, L2, IndexType, parse_search_params, similarity
-from cone.indexing.user_index import RepairRecipe, UserIndex
+from cone.indexing.user_index import RepairRecipe, UserIndex, centered, no_table, searching_centered
 
 NAME = "qdrant"  # --store's name
 PREFIX = "qdrant:"
@@ -363,6 +364,156 @@ def _configured(path: Path) -> dict:
         raise DamagedIndex(f"{path}: not a Qdrant Edge shard (edge_config.json: {_first_line(exc)})") from None
 
 
+# A user's own Qdrant Edge shard (cone doctor --index SHARD_FOLDER), and its repairs.
+
+ENCODING_TYPE = {"one_bit": "bq1", "one_and_half_bits": "bq1.5", "two_bits": "bq2"}
+CONE_METRIC = {name: metric for metric, name in DISTANCE.items()}
+
+
+def type_of_config(quantization: dict | None) -> str:
+    """A shard's quantization config (Qdrant's JSON) as a type of this store: ``{"binary": {"encoding":
+    "one_bit"}}`` -> ``bq1``."""
+    quantization = quantization or {}
+    if "scalar" in quantization:
+        return "int8"
+    if "product" in quantization:
+        return "pq" + str(quantization["product"]["compression"]).lower().lstrip("x")
+    if "binary" in quantization:
+        return ENCODING_TYPE[str(quantization["binary"].get("encoding") or "one_bit")]
+    if "turbo" in quantization:
+        return "tq" + str(quantization["turbo"].get("bits") or "bits4")[4:].replace("_", ".")
+    return "hnsw"
+
+
+def bits_per_dimension(name: str) -> float:
+    group, size = family(PREFIX + name)
+    if group == "pq":
+        return 32.0 / float(size)
+    if group in ("bq", "tq"):
+        return float(size)
+    return 8.0 if group == "int8" else 32.0
+
+
+def _user_search(shard: object, path: Path, settings: dict, row_of: dict[int, int]) -> Callable:
+    def search(queries: np.ndarray, k: int) -> np.ndarray:
+        q = qdrant_module()
+        quantization = q.QuantizationSearchParams(**settings) if settings else None
+        params = q.SearchParams(quantization=quantization)
+        requests = [
+            q.QueryRequest(limit=k, query=q.Query.Nearest(v.tolist()), params=params)
+            for v in np.asarray(queries, dtype=np.float32)
+        ]
+        try:
+            found = shard.query_batch(q.QueryBatchRequest(requests))
+        except Exception as exc:  # the engine's bare Exception
+            raise _engine_error(path, exc) from None
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        for i, points in enumerate(found):
+            rows[i, : len(points)] = [row_of[int(p.id)] for p in points]
+        return rows
+
+    return search
+
+
+def open_user(path: Path, table: str | None, settings: dict | None = None) -> UserIndex:
+    """A Qdrant Edge shard folder as Qdrant opens it, searched with its defaults (``settings``: the quantization
+    search settings a repair changes). Its point ids must be whole numbers; row i is the i-th smallest."""
+    no_table(path, table)
+    q = qdrant_module()
+    try:
+        config = json.loads((path / "edge_config.json").read_text())
+        vector = config["vectors"][""]
+        dim, distance = int(vector["size"]), str(vector["distance"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(
+            f"--index {path}: not a Qdrant Edge shard with one unnamed dense vector ({_first_line(exc)})"
+        ) from None
+    if distance not in CONE_METRIC:
+        raise InputError(f"--index {path}: distance {distance}; cone measures Cosine, Dot and Euclid")
+    quantization = vector.get("quantization_config") or config.get("quantization_config")
+    name = type_of_config(quantization)
+    shard = hold_shard(path)
+    n = int(shard.info().points_count)
+    records, _ = shard.scroll(q.ScrollRequest(limit=max(1, n), with_payload=False, with_vector=True))
+    if not all(isinstance(r.id, int) for r in records):
+        release_shard(path)
+        raise InputError(f"--index {path}: point ids are not whole numbers, so they cannot name rows of --vectors")
+    records = sorted(records, key=lambda r: r.id)
+    vectors = np.asarray([r.vector for r in records], dtype=np.float32).reshape(len(records), dim)
+    row_of = {int(r.id): i for i, r in enumerate(records)}
+    hnsw = config.get("hnsw_config") or {}
+    params = {"type": PREFIX + name, "quantization": json.dumps(quantization) if quantization else None}
+    params |= {k: hnsw.get(k) for k in ("m", "ef_construct", "full_scan_threshold")} | (settings or {})
+    kind = f"Qdrant Edge shard, {name if quantization else 'no quantization'}"
+    code = bits_per_dimension(name) / 8 * dim
+    search = _user_search(shard, path, settings or {}, row_of)
+    return UserIndex(NAME, str(path), kind, CONE_METRIC[distance], params, code, n, dim, search, vectors, shard)
+
+
+def _same_bits_turbo(name: str) -> str:
+    """TurboQuant at the bits per dimension of ``name`` (its largest size not above them; 1 at least)."""
+    bits = bits_per_dimension(name)
+    return "tq" + max((b for b in TQ_BITS if float(b) <= bits), key=float, default="1")
+
+
+def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
+    """Rescoring with oversampling (the same shard, a search setting), TurboQuant at the same bits per dimension
+    (a quantization config change: its codes are centred per dimension; tests/test_metric_rule.py), and the same
+    config over centered vectors re-upserted into a new shard. An unquantized shard gets the centering only."""
+    name = str(index.params["type"])[len(PREFIX) :]
+    metric, mean = index.metric, vectors.mean(axis=0)
+
+    def new_shard(kind_name: str, center: bool) -> Callable[[Path], None]:
+        def write(path: Path) -> None:
+            kind = parse_index_type_of(kind_name, metric)
+            writer = QdrantWriter(path, kind, index.dim, build_params(kind, ""))
+            writer.add(centered(vectors, mean) if center else vectors, [])
+            writer.finish()
+
+        return write
+
+    def opened(center: bool, settings: dict | None = None) -> Callable[[Path], UserIndex]:
+        def read(path: Path) -> UserIndex:
+            made = open_user(path, None, settings)
+            return searching_centered(made, mean) if center else made
+
+        return read
+
+    made = []
+    if name != "hnsw":
+        settings = {"rescore": True, "oversampling": float(OVERSAMPLING)}
+        how = f"SearchParams(quantization=QuantizationSearchParams(rescore=True, oversampling={OVERSAMPLING}))"
+        change = "each search asks for rescoring with oversampling (the shard is unchanged)"
+        made.append(RepairRecipe(f"rescore x{OVERSAMPLING}", how, change, _copy(index), opened(False, settings), None))
+        turbo = _same_bits_turbo(name)
+        config = f"TurboQuantQuantizationConfig(bits=TurboQuantBitSize.{TQ_BITS[turbo[2:]]})"
+        how = f"a new shard with {config}, the points re-upserted"
+        made.append(
+            RepairRecipe(
+                f"quantization {turbo}", how, "none: the same searches", new_shard(turbo, False), opened(False), None
+            )
+        )
+    how = f"a new shard of {name}: the points re-upserted as (x - mean)/|x - mean| (the mean kept beside it)"
+    change = "each query centred and normalized with the same mean"
+    made.append(RepairRecipe(f"center ({name})", how, change, new_shard(name, True), opened(True), None, True))
+    return made
+
+
+OVERSAMPLING = 4  # the rescoring repair's oversampling: Qdrant's documented range is 1 to 4
+
+
+def _copy(index: UserIndex) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        shutil.copytree(Path(index.path), path)  # read-only searches: the copy is the shard as it is
+
+    return write
+
+
+def parse_index_type_of(name: str, metric: str) -> IndexType:
+    """This store's type ``name`` under ``metric`` (cone's name), checked."""
+    return QdrantStore().parse(PREFIX + name, metric)
+
+
 class QdrantStore:
     """Qdrant Edge (cone.indexing.codes.Store): ``qdrant:TYPE`` under ``cosine`` (default), ``dot`` or ``l2``."""
 
@@ -374,14 +525,11 @@ class QdrantStore:
     legacy_metric = None  # every Qdrant index records its metric
     doctor_types = ()
 
+    open_user = staticmethod(open_user)
+    repairs = staticmethod(user_repairs)
+
     def claims(self, path: Path) -> bool:
-        return False  # a user's own shard is not read by the doctor yet
-
-    def open_user(self, path: Path, table: str | None) -> UserIndex:
-        raise InputError(f"--index {path}: cone doctor does not read a Qdrant shard yet")
-
-    def repairs(self, index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
-        return []
+        return (path / "edge_config.json").is_file()  # asked before LanceDB, which claims any folder
 
     def parse(self, factory: str, metric: str | None) -> IndexType:
         family(factory)

@@ -164,3 +164,30 @@ def test_cone_index_streams_and_cone_eval_measures_qdrant(tiny_beir, tiny_checkp
     found = {r["factory"]: r for r in json.loads((tmp_path / "eval" / "report.json").read_text())["results"]}
     assert found["qdrant:exact@cosine"]["metrics"]["recall_at_10_vs_flat"] == pytest.approx(1.0)
     assert 0.0 < found["qdrant:bq1@l2"]["metrics"]["recall_at_10_vs_flat"] <= 1.0
+
+
+def test_the_doctor_checks_a_users_shard_and_prescribes_in_qdrants_terms(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    m, x = rng.standard_normal(32), rng.standard_normal((600, 32))
+    x = 0.99 * m / np.linalg.norm(m) + 0.14 * x / np.linalg.norm(x, axis=1, keepdims=True)  # a 0.99 cone
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    q = qdrant_edge
+    config = q.EdgeConfig(
+        vectors=q.EdgeVectorParams(size=32, distance=q.Distance.Cosine),
+        quantization_config=q.BinaryQuantizationConfig(encoding=q.BinaryQuantizationEncoding.OneBit),
+        hnsw_config=q.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=1),
+        optimizers=q.EdgeOptimizersConfig(indexing_threshold=1),
+    )
+    shard = q.EdgeShard.create(str(tmp_path / "mine"), config)
+    shard.update(q.UpdateOperation.upsert_points([q.Point(100 + i, v.tolist()) for i, v in enumerate(x)]))
+    shard.optimize()
+    shard.close()
+    fix = tmp_path / "fixed"
+    assert main(["doctor", "--index", str(tmp_path / "mine"), "--fix", str(fix), "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["index"]["store"] == "qdrant" and report["index"]["type"] == "Qdrant Edge shard, bq1"
+    repairs = {r["name"]: r for r in report["repairs"]}
+    assert set(repairs) == {"rescore x4", "quantization tq1", "center (bq1)"}
+    assert all(r["recall_at_10"] > report["recall_at_10"] for r in repairs.values())
+    assert report["fixed"]["recall_at_10"] == report["prescription"]["recall_at_10"]
+    assert (fix / "edge_config.json").is_file() and (tmp_path / "mine" / "edge_config.json").is_file()
