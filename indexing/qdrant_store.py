@@ -10,7 +10,8 @@ per dimension; ``query_encoding`` a setting: default, binary, scalar4bits, scala
 ``exact`` search). Metrics: ``cosine`` (Qdrant's ``Cosine``, the default here: Qdrant itself has none), ``dot``
 (``Dot``) and ``l2`` (``Euclid``, whose score is the Euclidean distance: reported as 1 - d²/2).
 
-Search settings (``--search-params``): ``hnsw_ef``, ``exact`` (true: exhaustive over the segment, graph unused),
+Search settings (``--search-params``): ``hnsw_ef``, ``exact`` (true: exhaustive, graph unused; Qdrant then scores
+the float32 vectors, not the codes: tested, one-bit codes lose nothing under it),
 ``rescore`` and ``oversampling`` (quantized types: the candidates re-scored by the float32 vectors). Qdrant searches
 a segment smaller than ``full_scan_threshold`` exhaustively whatever the type; it is set to 1 KB here so that every
 type but ``exact`` goes through the graph, and the manifest says which search every query took (``search``).
@@ -328,6 +329,13 @@ class QdrantCodes:
             release_shard(self.path)
 
 
+def _discard(scratch: Path) -> None:
+    """An in-memory build's shard, once its codes are gone: closed (if its holder did not) and removed."""
+    if (scratch / SHARD).exists():
+        release_shard(scratch / SHARD)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 class QdrantWriter:
     """A streamed build: points upserted into the shard in the build's folder as they come, indexed at the end."""
 
@@ -552,7 +560,7 @@ class QdrantStore:
         writer.add(vectors, [])
         params = writer.finish()
         codes = QdrantCodes(scratch / SHARD, hold_shard(scratch / SHARD), kind, vectors.shape[1], params)
-        weakref.finalize(codes, shutil.rmtree, scratch, True)
+        weakref.finalize(codes, _discard, scratch)
         return codes
 
     def streamed(self, folder: Path, final: Path, kind: IndexType, dim: int, search_params: str) -> QdrantWriter:

@@ -173,9 +173,8 @@ class SqliteVecCodes:
         """The stored rows in row order: the floats, or int8 codes decoded to unit rows (bit keeps only signs)."""
         if self.element == "bit" and not self.rescore:
             raise InputError(f"a {PREFIX}bit table keeps only sign bits; {PREFIX}bit+rescore:R or float keep them")
-        name, dtype = ("embedding", np.float32) if self.element == "float" else ("floats", np.float32)
-        if self.element == "int8":
-            name, dtype = "embedding", np.int8
+        name = "floats" if self.rescore else "embedding"
+        dtype = np.int8 if self.element == "int8" else np.float32
         with self.lock:
             blobs = self.conn.execute(f"SELECT {name} FROM {TABLE} ORDER BY row").fetchall()
         rows = np.stack([np.frombuffer(b, dtype=dtype) for (b,) in blobs]).astype(np.float32)
@@ -424,8 +423,11 @@ class SqliteVecStore:
         path = folder / DB_FILE
         if not path.is_file():
             raise DamagedIndex(f"{folder}: {DB_FILE} is missing")
-        conn = connect(str(path), read_only=True)
         expected = self._params(kind, dim, search_params)["column"]
+        try:
+            conn = connect(str(path), read_only=True)
+        except SQLITE_ERRORS as exc:
+            raise DamagedIndex(f"{folder}: {DB_FILE} cannot be opened ({exc})") from None
         try:
             checked = conn.execute("PRAGMA quick_check").fetchone()[0]
             declared = _declared(conn)
