@@ -14,6 +14,8 @@ import pytest
 
 from cone.cli import main
 from cone.errors import DamagedIndex, InputError
+from cone.eval.metrics import overlap_at_k
+from cone.geometry import unit_rows
 from cone.indexing.factory import build_codes, read_codes
 from cone.indexing.qdrant_store import SHARD, _segments, verify
 from cone.indexing.spec import parse_index_type
@@ -24,13 +26,7 @@ N, D = 400, 64
 
 @pytest.fixture(scope="module")
 def rows() -> np.ndarray:
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((N, D)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def recall(found: np.ndarray, exact: np.ndarray) -> float:
-    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, exact, strict=True)]))
+    return unit_rows(np.random.default_rng(0).standard_normal((N, D))).astype(np.float32)
 
 
 @pytest.mark.parametrize(
@@ -68,7 +64,7 @@ def test_every_point_is_in_a_graph_quantized_as_asked_by_the_shards_own_account(
     assert len(indexed) == codes.params["indexed_segments"] >= 1
     assert all(list(s.get("quantization_config") or {None: 0}) == [key] for s in indexed)
     exact = np.argsort(-(rows[:40] @ rows.T), axis=1)[:, :10]
-    assert recall(codes.search(rows[:40], 10)[1], exact) > (0.95 if key is None else 0.5)
+    assert overlap_at_k(codes.search(rows[:40], 10)[1], exact) > (0.95 if key is None else 0.5)
     codes.close()
 
 
@@ -90,7 +86,7 @@ def test_exact_search_is_exhaustive_and_scores_each_metric_as_the_cosine(rows):
         codes = build_codes(rows, parse_index_type(f"qdrant:exact@{metric}"))
         scores, found = codes.search(queries, 10)
         assert codes.params["search"] == "exhaustive"
-        assert recall(found, np.argsort(-cosines, axis=1)[:, :10]) == 1.0
+        assert overlap_at_k(found, np.argsort(-cosines, axis=1)[:, :10]) == 1.0
         assert scores == pytest.approx(np.take_along_axis(cosines, found, 1), abs=1e-4)
         codes.close()
 
@@ -101,7 +97,7 @@ def test_rescoring_with_oversampling_wins_back_what_one_bit_loses(rows):
     found = {}
     for params in ("rescore=false", "oversampling=8", "exact=true"):
         codes = build_codes(rows, kind, params)
-        found[params] = recall(codes.search(rows[:40], 10)[1], exact)
+        found[params] = overlap_at_k(codes.search(rows[:40], 10)[1], exact)
         codes.close()
     assert found["oversampling=8"] > found["rescore=false"] + 0.2
     assert found["exact=true"] == 1.0  # Qdrant's exact search scores the float32 vectors, not the codes

@@ -10,6 +10,8 @@ import pytest
 
 from cone.cli import main
 from cone.errors import DamagedIndex, InputError
+from cone.eval.metrics import overlap_at_k
+from cone.geometry import unit_rows
 from cone.indexing.factory import build_codes, read_codes
 from cone.indexing.spec import parse_index_type
 from cone.indexing.sqlite_vec_store import DB_FILE, connect
@@ -20,13 +22,7 @@ N, D = 300, 64
 
 @pytest.fixture(scope="module")
 def rows() -> np.ndarray:
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((N, D)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def recall(found: np.ndarray, exact: np.ndarray) -> float:
-    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, exact, strict=True)]))
+    return unit_rows(np.random.default_rng(0).standard_normal((N, D))).astype(np.float32)
 
 
 @pytest.mark.parametrize(
@@ -49,14 +45,14 @@ def test_float_tables_are_exact_and_score_the_cosine(rows, text):
     codes = build_codes(rows, parse_index_type(text))
     scores, found = codes.search(rows[:20], 10)
     cosines = rows[:20] @ rows.T
-    assert recall(found, np.argsort(-cosines, axis=1)[:, :10]) == 1.0
+    assert overlap_at_k(found, np.argsort(-cosines, axis=1)[:, :10]) == 1.0
     assert scores == pytest.approx(np.take_along_axis(cosines, found, 1), abs=1e-5)
 
 
 def test_codes_lose_what_they_round_and_rescoring_wins_it_back(rows):
     exact = np.argsort(-(rows[:50] @ rows.T), axis=1)[:, :10]
     kept = {
-        t: recall(build_codes(rows, parse_index_type(t)).search(rows[:50], 10)[1], exact)
+        t: overlap_at_k(build_codes(rows, parse_index_type(t)).search(rows[:50], 10)[1], exact)
         for t in ("sqlite:int8@l2", "sqlite:bit", "sqlite:bit+rescore:100")
     }
     assert kept["sqlite:bit"] < kept["sqlite:bit+rescore:100"] and kept["sqlite:bit"] < kept["sqlite:int8@l2"]
