@@ -39,6 +39,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import numpy as np
 
@@ -60,6 +61,7 @@ HNSW_M, HNSW_EF_CONSTRUCT = 16, 100  # Qdrant's defaults, recorded
 FULL_SCAN_KB = 1  # below this a segment is searched exhaustively (Qdrant's default is 10 000 KB: most test corpora)
 INSTALL = "pip install 'cone[qdrant]'"
 BOOLEAN = {"true": True, "false": False}
+T = TypeVar("T")
 SETTINGS = ("hnsw_ef", "exact", "rescore", "oversampling", "quantile", "query_encoding")
 
 
@@ -174,6 +176,27 @@ def _engine_error(path: Path, exc: BaseException) -> Exception:
     return DamagedIndex(f"{path}: Qdrant shard unreadable ({_first_line(exc)})")
 
 
+def _engine(path: Path, call: Callable[[], T]) -> T:
+    """``call`` into Qdrant Edge, its failures one line: it raises bare Exception with the engine's message, and pyo3's
+    PanicException (a BaseException) where Rust panics, as a search does on a truncated segment file."""
+    try:
+        return call()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 -- the panic is no Exception
+        raise _engine_error(path, exc) from None
+
+
+def _query(shard: object, path: Path, queries: np.ndarray, k: int, params: object) -> list[list]:
+    """Each query's points, best first, one batch."""
+    q = qdrant_module()
+    requests = [
+        q.QueryRequest(limit=k, query=q.Query.Nearest(v.tolist()), params=params)
+        for v in np.asarray(queries, dtype=np.float32)
+    ]
+    return _engine(path, lambda: shard.query_batch(q.QueryBatchRequest(requests)))
+
+
 def hold_shard(path: Path, create: object | None = None) -> object:
     """The shard at ``path``, opened (or created with the config ``create``) once per process and shared."""
     key = path.resolve()
@@ -182,10 +205,10 @@ def hold_shard(path: Path, create: object | None = None) -> object:
             _OPEN[key][1] += 1
             return _OPEN[key][0]
         q = qdrant_module()
-        try:
-            shard = q.EdgeShard.create(str(path), create) if create is not None else q.EdgeShard.load(str(path))
-        except Exception as exc:  # qdrant_edge raises bare Exception with the engine's message
-            raise _engine_error(path, exc) from None
+        if create is not None:
+            shard = _engine(path, lambda: q.EdgeShard.create(str(path), create))
+        else:
+            shard = _engine(path, lambda: q.EdgeShard.load(str(path)))
         _OPEN[key] = [shard, 1]
         return shard
 
@@ -286,20 +309,11 @@ class QdrantCodes:
         return q.SearchParams(hnsw_ef=p.get("hnsw_ef"), exact=p["search"] == "exhaustive", quantization=quantization)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        q = qdrant_module()
         scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
         rows = np.full((len(queries), k), -1, dtype=np.int64)
         if not len(queries):
             return scores, rows
-        params = self._search_params()
-        requests = [
-            q.QueryRequest(limit=k, query=q.Query.Nearest(v.tolist()), params=params)
-            for v in np.asarray(queries, dtype=np.float32)
-        ]
-        try:
-            found = self.shard.query_batch(q.QueryBatchRequest(requests))
-        except Exception as exc:  # the engine's bare Exception
-            raise _engine_error(self.path, exc) from None
+        found = _query(self.shard, self.path, queries, k, self._search_params())
         for i, points in enumerate(found):
             got = np.array([p.score for p in points], dtype=np.float32)
             scores[i, : len(points)] = similarity(got * got, L2) if self.kind.metric == L2 else got
@@ -308,7 +322,8 @@ class QdrantCodes:
 
     def vectors(self) -> np.ndarray:
         """The float32 vectors Qdrant keeps (Cosine: normalized by Qdrant), in row order."""
-        records = self.shard.retrieve(list(range(self.ntotal)), with_payload=False, with_vector=True)
+        ids = list(range(self.ntotal))
+        records = _engine(self.path, lambda: self.shard.retrieve(ids, with_payload=False, with_vector=True))
         by_row = {int(r.id): r.vector for r in records}
         return np.asarray([by_row[i] for i in range(len(by_row))], dtype=np.float32)
 
@@ -349,16 +364,13 @@ class QdrantWriter:
     def add(self, vectors: np.ndarray, ids: list[str]) -> None:
         q = qdrant_module()
         points = [q.Point(self.count + i, v.tolist()) for i, v in enumerate(np.asarray(vectors, dtype=np.float32))]
-        self.shard.update(q.UpdateOperation.upsert_points(points))
+        _engine(self.path, lambda: self.shard.update(q.UpdateOperation.upsert_points(points)))
         self.count += len(points)
 
     def finish(self) -> dict[str, int | str | None]:
         """Qdrant's optimizer run to the end (the graph and the codes), checked, flushed and closed."""
-        try:
-            self.shard.optimize()
-            self.shard.flush()
-        except Exception as exc:  # the engine's bare Exception
-            raise _engine_error(self.path, exc) from None
+        _engine(self.path, self.shard.optimize)
+        _engine(self.path, self.shard.flush)
         checked = verify(self.path, self.shard, self.kind, self.dim, self.count)
         release_shard(self.path)
         return self.params | checked
@@ -406,15 +418,7 @@ def _user_search(shard: object, path: Path, settings: dict, row_of: dict[int, in
     def search(queries: np.ndarray, k: int) -> np.ndarray:
         q = qdrant_module()
         quantization = q.QuantizationSearchParams(**settings) if settings else None
-        params = q.SearchParams(quantization=quantization)
-        requests = [
-            q.QueryRequest(limit=k, query=q.Query.Nearest(v.tolist()), params=params)
-            for v in np.asarray(queries, dtype=np.float32)
-        ]
-        try:
-            found = shard.query_batch(q.QueryBatchRequest(requests))
-        except Exception as exc:  # the engine's bare Exception
-            raise _engine_error(path, exc) from None
+        found = _query(shard, path, queries, k, q.SearchParams(quantization=quantization))
         rows = np.full((len(queries), k), -1, dtype=np.int64)
         for i, points in enumerate(found):
             rows[i, : len(points)] = [row_of[int(p.id)] for p in points]
@@ -442,7 +446,8 @@ def open_user(path: Path, table: str | None, settings: dict | None = None) -> Us
     name = type_of_config(quantization)
     shard = hold_shard(path)
     n = int(shard.info().points_count)
-    records, _ = shard.scroll(q.ScrollRequest(limit=max(1, n), with_payload=False, with_vector=True))
+    request = q.ScrollRequest(limit=max(1, n), with_payload=False, with_vector=True)
+    records, _ = _engine(path, lambda: shard.scroll(request))
     if not all(isinstance(r.id, int) for r in records):
         release_shard(path)
         raise InputError(f"--index {path}: point ids are not whole numbers, so they cannot name rows of --vectors")

@@ -188,3 +188,16 @@ def test_the_doctor_checks_a_users_shard_and_prescribes_in_qdrants_terms(tmp_pat
     assert all(r["recall_at_10"] > report["recall_at_10"] for r in repairs.values())
     assert report["fixed"]["recall_at_10"] == report["prescription"]["recall_at_10"]
     assert (fix / "edge_config.json").is_file() and (tmp_path / "mine" / "edge_config.json").is_file()
+
+
+def test_a_truncated_segment_file_is_a_damaged_index_in_one_line_not_a_panic(rows, tmp_path):
+    """Qdrant panics (pyo3's PanicException, no Exception) searching codes cut short; the index is unavailable."""
+    kind = parse_index_type("qdrant:int8")
+    codes = build_codes(rows, kind)
+    codes.write(tmp_path)
+    codes.close()
+    (data,) = (tmp_path / SHARD).glob("segments/*/vector_storage/quantized.data")
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    with pytest.raises(DamagedIndex, match="Qdrant shard unreadable") as refused:
+        read_codes(tmp_path, kind, D, "", False, codes.params).search(rows, 10)
+    assert "\n" not in str(refused.value)
