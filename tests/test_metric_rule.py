@@ -6,7 +6,10 @@ shared direction m (q ≈ c·m), so q·e ≈ c·(e·m): the code's error along m
 on every score while the gaps between neighbours shrink by 1 - c² (50× at 0.99). Under ``l2`` (|q - x̂|²) the error
 enters as (x - q)·e, and under ``cosine`` (x̂/|x̂|) as (q - x)·e to first order: x - q has no component along m,
 so the shared part cancels. Residual coding is not what saves a code: FAISS's IVF,PQ (residuals from the list
-centres) loses as much as PQ under ``dot`` (measured below), and both hold under ``l2``.
+centres) loses as much as PQ under ``dot`` (measured below), and both hold under ``l2``. Two properties of a code
+change the picture (Qdrant, below): a "cosine" that is the inner product of vectors normalized before coding (the
+decoded x̂ is never renormalized) is ``dot`` for the rule, and a code centred per dimension before rounding (the
+error then has no part along the shared offset to carry) holds under every metric.
 """
 
 from __future__ import annotations
