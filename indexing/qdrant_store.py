@@ -60,7 +60,7 @@ QUANTIZED_KEY = {"int8": "scalar", "pq": "product", "bq": "binary", "tq": "turbo
 HNSW_M, HNSW_EF_CONSTRUCT = 16, 100  # Qdrant's defaults, recorded
 FULL_SCAN_KB = 1  # below this a segment is searched exhaustively (Qdrant's default is 10 000 KB: most test corpora)
 INSTALL = "pip install 'cone[qdrant]'"
-BOOLEAN = {"true": True, "false": False}
+BOOLEAN = ("true", "false")
 T = TypeVar("T")
 SETTINGS = ("hnsw_ef", "exact", "rescore", "oversampling", "quantile", "query_encoding")
 
