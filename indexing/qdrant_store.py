@@ -164,8 +164,9 @@ def shard_config(q: ModuleType, kind: IndexType, dim: int, params: dict) -> obje
     )
 
 
-# One open shard per folder in this process (Qdrant Edge locks a folder's write-ahead log: a second open fails).
-_OPEN: dict[Path, list] = {}  # resolved folder -> [shard, number of holders]
+# One open shard per folder in this process (Qdrant Edge locks a folder's write-ahead log: a second open fails),
+# by the folder's path and inode: a folder rebuilt under the same name (cone index's swap) is another shard.
+_OPEN: dict[tuple[Path, int], list] = {}  # (resolved folder, inode) -> [shard, number of holders]
 _OPEN_LOCK = threading.Lock()
 
 
@@ -199,7 +200,12 @@ def _query(shard: object, path: Path, queries: np.ndarray, k: int, params: objec
 
 def hold_shard(path: Path, create: object | None = None) -> object:
     """The shard at ``path``, opened (or created with the config ``create``) once per process and shared."""
-    key = path.resolve()
+    if create is not None:
+        path.mkdir(parents=True, exist_ok=True)  # Qdrant creates it too; its inode names the shard
+    try:
+        key = path.resolve(), path.stat().st_ino
+    except OSError as exc:
+        raise DamagedIndex(f"{path}: no Qdrant shard folder ({exc.strerror})") from None
     with _OPEN_LOCK:
         if key in _OPEN:
             _OPEN[key][1] += 1
@@ -213,17 +219,23 @@ def hold_shard(path: Path, create: object | None = None) -> object:
         return shard
 
 
-def release_shard(path: Path) -> None:
-    """One holder fewer; the last closes the shard (and frees the folder's lock)."""
-    key = path.resolve()
+def release_shard(shard: object) -> None:
+    """One holder of ``shard`` fewer; the last closes it (and frees the folder's lock)."""
     with _OPEN_LOCK:
-        held = _OPEN.get(key)
-        if held is None:
+        key = next((key for key, held in _OPEN.items() if held[0] is shard), None)
+        if key is None:
             return
-        held[1] -= 1
-        if held[1] <= 0:
+        _OPEN[key][1] -= 1
+        if _OPEN[key][1] <= 0:
             del _OPEN[key]
-            held[0].close()
+            shard.close()
+
+
+def _release_folder(path: Path) -> None:
+    """Every shard still open at ``path`` closed, whoever holds it (a scratch folder about to be removed)."""
+    with _OPEN_LOCK:
+        for key in [key for key in _OPEN if key[0] == path.resolve()]:
+            _OPEN.pop(key)[0].close()
 
 
 def _segments(path: Path) -> list[dict]:
@@ -332,7 +344,7 @@ class QdrantCodes:
 
     def write(self, folder: Path) -> None:
         """A copy of the shard, closed first so that its files are complete (then opened again here)."""
-        release_shard(self.path)
+        release_shard(self.shard)
         try:
             shutil.copytree(self.path, folder / SHARD)
         finally:
@@ -341,13 +353,12 @@ class QdrantCodes:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            release_shard(self.path)
+            release_shard(self.shard)
 
 
 def _discard(scratch: Path) -> None:
     """An in-memory build's shard, once its codes are gone: closed (if its holder did not) and removed."""
-    if (scratch / SHARD).exists():
-        release_shard(scratch / SHARD)
+    _release_folder(scratch / SHARD)
     shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -372,7 +383,7 @@ class QdrantWriter:
         _engine(self.path, self.shard.optimize)
         _engine(self.path, self.shard.flush)
         checked = verify(self.path, self.shard, self.kind, self.dim, self.count)
-        release_shard(self.path)
+        release_shard(self.shard)
         return self.params | checked
 
 
@@ -449,7 +460,7 @@ def open_user(path: Path, table: str | None, settings: dict | None = None) -> Us
     request = q.ScrollRequest(limit=max(1, n), with_payload=False, with_vector=True)
     records, _ = _engine(path, lambda: shard.scroll(request))
     if not all(isinstance(r.id, int) for r in records):
-        release_shard(path)
+        release_shard(shard)
         raise InputError(f"--index {path}: point ids are not whole numbers, so they cannot name rows of --vectors")
     records = sorted(records, key=lambda r: r.id)
     vectors = np.asarray([r.vector for r in records], dtype=np.float32).reshape(len(records), dim)
@@ -585,6 +596,6 @@ class QdrantStore:
         try:
             verify(path, shard, kind, dim, None)
         except DamagedIndex:
-            release_shard(path)
+            release_shard(shard)
             raise
         return QdrantCodes(path, shard, kind, dim, dict(params))

@@ -201,3 +201,19 @@ def test_a_truncated_segment_file_is_a_damaged_index_in_one_line_not_a_panic(row
     with pytest.raises(DamagedIndex, match="Qdrant shard unreadable") as refused:
         read_codes(tmp_path, kind, D, "", False, codes.params).search(rows, 10)
     assert "\n" not in str(refused.value)
+
+
+def test_a_shard_rebuilt_under_the_same_name_is_opened_anew_while_the_old_one_is_held(rows, tmp_path):
+    """cone index swaps a rebuilt folder into place; the service may still hold the old shard: the new folder is
+    another shard, not the old one handed out again."""
+    kind = parse_index_type("qdrant:hnsw")
+    first = build_codes(rows[:200], kind)
+    first.write(tmp_path / "a")
+    old = read_codes(tmp_path / "a", kind, D, "", False, first.params)
+    (tmp_path / "a").rename(tmp_path / "a.old")
+    second = build_codes(rows, kind)
+    second.write(tmp_path / "a")
+    new = read_codes(tmp_path / "a", kind, D, "", False, second.params)
+    assert new.shard is not old.shard and (old.ntotal, new.ntotal) == (200, N)
+    for codes in (first, old, second, new):
+        codes.close()
