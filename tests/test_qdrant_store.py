@@ -11,14 +11,18 @@ import textwrap
 
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from cone.cli import main
+from cone.encoders.registry import Encoders
 from cone.errors import DamagedIndex, InputError
 from cone.eval.metrics import overlap_at_k
 from cone.geometry import unit_rows
 from cone.indexing.factory import build_codes, read_codes
+from cone.indexing.open import open_index
 from cone.indexing.qdrant_store import SHARD, _segments, verify
 from cone.indexing.spec import parse_index_type
+from cone.service.app import create_app
 
 qdrant_edge = pytest.importorskip("qdrant_edge")
 N, D = 400, 64
@@ -147,7 +151,9 @@ def test_a_shard_of_another_dimension_or_metric_is_refused_in_one_line(rows, tmp
         read_codes(tmp_path, kind, D, "", False, {})
 
 
-def test_cone_index_streams_and_cone_eval_measures_qdrant(tiny_beir, tiny_checkpoints, tmp_path):
+def test_cone_index_streams_cone_serve_and_the_eval_share_the_shard_and_cone_eval_measures_qdrant(
+    tiny_beir, tiny_checkpoints, tmp_path
+):
     argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
     argv += ["--checkpoints", str(tiny_checkpoints), "--index-factory", "qdrant:bq1", "--search-params"]
     argv += ["oversampling=2", "--out", str(tmp_path / "stream"), "--stream", "--shard-size", "16"]
@@ -155,6 +161,11 @@ def test_cone_index_streams_and_cone_eval_measures_qdrant(tiny_beir, tiny_checkp
     (manifest,) = (tmp_path / "stream").glob("baseline-qdrant_bq1_cosine/manifest.json")
     params = json.loads(manifest.read_text())["index_params"]
     assert params["quantization"] == "binary:1" and params["oversampling"] == "2.0" and params["indexed_vectors"] > 0
+    index = open_index(manifest.parent, Encoders(tiny_checkpoints))  # the eval's holder, beside the service's
+    with TestClient(create_app(manifest.parent.parent, tiny_checkpoints, load_in_background=False)) as client:
+        body = client.get("/search", params={"model": manifest.parent.name, "q": "cell protein gene", "k": 5}).json()
+    assert [h["doc_id"] for h in body["hits"]] == [h.doc_id for h in index.search(["cell protein gene"], 5).hits(0)]
+    index.close()
     argv = ["eval", "--models", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-sts"]
     argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path / "eval"), "--no-progress"]
     assert main([*argv, "--index-factory", "Flat,qdrant:exact,qdrant:bq1@l2"]) == 0
