@@ -63,7 +63,7 @@ def main() -> None:
     lancedb = lancedb_module()
     import pyarrow as pa  # installed with lancedb
 
-    params = build_params("IVF_PQ", n, dim, {})
+    params = build_params("IVF_PQ", n, dim, {}, "dot")
     table = lancedb.connect(args.out / "lancedb").create_table(
         "docs", pa.table({"vector": pa.FixedSizeListArray.from_arrays(pa.array(docs.ravel()), dim)}), mode="overwrite"
     )

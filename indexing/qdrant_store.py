@@ -155,10 +155,15 @@ def _quantization(q: ModuleType, kind: IndexType, params: dict) -> object | None
 
 
 def shard_config(q: ModuleType, kind: IndexType, dim: int, params: dict) -> object:
-    """One HNSW segment of every point (indexing from the first KB), searched through its graph."""
+    """One HNSW segment of every point (indexing from the first KB), with the graph settings of ``params``."""
+    hnsw = q.HnswIndexConfig(
+        m=int(params["m"]),
+        ef_construct=int(params["ef_construct"]),
+        full_scan_threshold=int(params["full_scan_threshold_kb"]),
+    )
     return q.EdgeConfig(
         vectors=q.EdgeVectorParams(size=dim, distance=getattr(q.Distance, DISTANCE[kind.metric])),
-        hnsw_config=q.HnswIndexConfig(m=HNSW_M, ef_construct=HNSW_EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB),
+        hnsw_config=hnsw,
         quantization_config=_quantization(q, kind, params),
         optimizers=q.EdgeOptimizersConfig(indexing_threshold=1, default_segment_number=1),
     )
@@ -467,11 +472,24 @@ def open_user(path: Path, table: str | None, settings: dict | None = None) -> Us
     row_of = {int(r.id): i for i, r in enumerate(records)}
     hnsw = config.get("hnsw_config") or {}
     params = {"type": PREFIX + name, "quantization": json.dumps(quantization) if quantization else None}
-    params |= {k: hnsw.get(k) for k in ("m", "ef_construct", "full_scan_threshold")} | (settings or {})
+    params |= {k: hnsw[k] for k in ("m", "ef_construct", "full_scan_threshold") if k in hnsw} | (settings or {})
+    params["search"] = _user_search_mode(n, dim, int(hnsw.get("full_scan_threshold", QDRANT_FULL_SCAN_KB)))
     kind = f"Qdrant Edge shard, {name if quantization else 'no quantization'}"
     code = bits_per_dimension(name) / 8 * dim
     search = _user_search(shard, path, settings or {}, row_of)
     return UserIndex(NAME, str(path), kind, CONE_METRIC[distance], params, code, n, dim, search, vectors, shard)
+
+
+QDRANT_FULL_SCAN_KB = 10_000  # Qdrant's default full_scan_threshold
+
+
+def _user_search_mode(n: int, dim: int, full_scan_kb: int) -> str:
+    """Whether Qdrant searches a shard of ``n`` vectors of ``dim`` through its graph or by a full scan: by its rule, a
+    segment whose float32 vectors are under ``full_scan_threshold`` kilobytes is scanned (one segment assumed)."""
+    size_kb = n * dim * 4 / 1024
+    if size_kb < full_scan_kb:
+        return f"exhaustive ({size_kb:,.0f} KB of vectors, under full_scan_threshold {full_scan_kb:,} KB)"
+    return "hnsw"
 
 
 def _same_bits_turbo(name: str) -> str:
@@ -483,14 +501,20 @@ def _same_bits_turbo(name: str) -> str:
 def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
     """Rescoring with oversampling (the same shard, a search setting), TurboQuant at the same bits per dimension
     (a quantization config change: its codes are centred per dimension; tests/test_metric_rule.py), and the same
-    config over centered vectors re-upserted into a new shard. An unquantized shard gets the centering only."""
+    config over centered vectors re-upserted into a new shard; each new shard with the user's graph settings. An
+    unquantized shard gets the centering only."""
     name = str(index.params["type"])[len(PREFIX) :]
     metric, mean = index.metric, vectors.mean(axis=0)
+    graph = {  # the user's graph settings (Qdrant's defaults where the shard names none): only the code changes
+        "m": index.params.get("m", HNSW_M),
+        "ef_construct": index.params.get("ef_construct", HNSW_EF_CONSTRUCT),
+        "full_scan_threshold_kb": index.params.get("full_scan_threshold", QDRANT_FULL_SCAN_KB),
+    }
 
     def new_shard(kind_name: str, center: bool) -> Callable[[Path], None]:
         def write(path: Path) -> None:
             kind = parse_index_type_of(kind_name, metric)
-            writer = QdrantWriter(path, kind, index.dim, build_params(kind, ""))
+            writer = QdrantWriter(path, kind, index.dim, build_params(kind, "") | graph)
             writer.add(centered(vectors, mean) if center else vectors, [])
             writer.finish()
 

@@ -194,6 +194,7 @@ def test_the_doctor_checks_a_users_shard_and_prescribes_in_qdrants_terms(tmp_pat
     assert main(["doctor", "--index", str(tmp_path / "mine"), "--fix", str(fix), "--json", "--no-progress"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["index"]["store"] == "qdrant" and report["index"]["type"] == "Qdrant Edge shard, bq1"
+    assert report["index"]["params"]["search"] == "hnsw"  # 75 KB of vectors, over its full_scan_threshold of 1 KB
     repairs = {r["name"]: r for r in report["repairs"]}
     assert set(repairs) == {"rescore x4", "quantization tq1", "center (bq1)"}
     assert all(r["recall_at_10"] > report["recall_at_10"] for r in repairs.values())
