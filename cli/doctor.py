@@ -63,15 +63,19 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--index",
         type=Path,
         help="the index you already have, measured as it is: a FAISS index file (IndexPreTransform chains and binary "
-        "indexes too), a Lance dataset folder or a LanceDB folder (with --table), or a USearch .usearch file",
+        "indexes too), a Lance dataset folder or a LanceDB folder (with --table), a USearch .usearch file, a Qdrant "
+        "Edge shard folder, or a SQLite file (.db, .sqlite, .sqlite3) with a sqlite-vec vec0 table (with --table)",
     )
-    p.add_argument("--table", help="with --index on a LanceDB folder: the table (default: its only one)")
+    p.add_argument(
+        "--table", help="with --index on a LanceDB folder or a SQLite file: the table (default: its only one)"
+    )
     p.add_argument(
         "--fix",
         type=Path,
         metavar="OUT",
         help="with --index: write the prescribed repair there (a FAISS file, a Lance dataset folder NAME.lance, a "
-        ".usearch file) and measure it as read back",
+        ".usearch file, a Qdrant shard folder, a SQLite file) and measure it as read back; the index you have is "
+        "never modified",
     )
     p.add_argument(
         "--corpus",

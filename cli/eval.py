@@ -101,7 +101,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="comma list of stores whose index types are rows too: lancedb adds lance:FLAT, lance:IVF_PQ, "
         "lance:IVF_HNSW_SQ and lance:IVF_RQ (pip install 'cone[lancedb]'); usearch adds every codec (f32, f16, "
         "bf16, i8, e4m3, e5m2, b1) by HNSW and exhaustively (pip install 'cone[usearch]'); pgvector adds pg:hnsw, "
-        "pg:hnsw_halfvec, pg:ivfflat and pg:hnsw_bit+rescore:40 (pip install 'cone[pgvector]'); faiss adds "
+        "pg:hnsw_halfvec, pg:ivfflat and pg:hnsw_bit+rescore:40 (pip install 'cone[pgvector]'); qdrant adds "
+        "qdrant:exact, hnsw, int8, pq16, pq32, bq1, bq1.5, bq2, tq1, tq2, tq4 (pip install 'cone[qdrant]'); "
+        "sqlite-vec adds sqlite:float, int8, bit, bit+rescore:100 (pip install 'cone[sqlitevec]'); faiss adds "
         "nothing (its types are --index-factory's, which also takes the others' one by one). Every row is compared "
         "with FAISS Flat",
     )

@@ -58,17 +58,21 @@ def register(commands: argparse._SubParsersAction) -> None:
         "or a LanceDB type: lance:FLAT (exhaustive), lance:IVF_PQ, lance:IVF_HNSW_SQ, lance:IVF_RQ (RaBitQ); "
         "or a USearch codec: usearch:f32, f16, bf16, i8, e4m3, e5m2, b1 (HNSW), usearch:exact:CODEC (exhaustive "
         "over the same codes); or a pgvector type: pg:exact, pg:hnsw, pg:hnsw_halfvec, pg:ivfflat, "
-        "pg:hnsw_bit+rescore:R (sign bits under HNSW, the top R re-ranked by the float vectors in SQL). TYPE@METRIC "
-        "names the metric too (lance:IVF_PQ@cosine)",
+        "pg:hnsw_bit+rescore:R (sign bits under HNSW, the top R re-ranked by the float vectors in SQL); or a Qdrant "
+        "Edge type: qdrant:exact, hnsw, int8, pq4-pq64, bq1, bq1.5, bq2, tq1-tq8 (TurboQuant); or a sqlite-vec vec0 "
+        "column: sqlite:float, int8, bit, bit+rescore:R (exact KNN; l2 or cosine, no dot). TYPE@METRIC names the "
+        "metric too (lance:IVF_PQ@cosine)",
     )
     p.add_argument(
         "--store",
         choices=tuple(STORES),
         default=None,
         help="where the vectors live: faiss (an index file), lancedb (a Lance table in the index folder; "
-        "pip install 'cone[lancedb]'), usearch (a .usearch file; pip install 'cone[usearch]') or pgvector (a "
-        "Postgres table; pip install 'cone[pgvector]'; see --pg-dsn). Default: the store --index-factory names; "
-        "--store lancedb alone means lance:FLAT, --store usearch usearch:exact:f32, --store pgvector pg:exact. "
+        "pip install 'cone[lancedb]'), usearch (a .usearch file; pip install 'cone[usearch]'), pgvector (a "
+        "Postgres table; pip install 'cone[pgvector]'; see --pg-dsn), qdrant (a Qdrant Edge shard folder; pip "
+        "install 'cone[qdrant]') or sqlite-vec (a SQLite file; pip install 'cone[sqlitevec]'). Default: the store "
+        "--index-factory names; --store lancedb alone means lance:FLAT, --store usearch usearch:exact:f32, --store "
+        "pgvector pg:exact. "
         "Parameters a store chooses from the corpus are recorded in the manifest (index_params)",
     )
     p.add_argument(
@@ -85,7 +89,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         default="",
         help="search-time parameters kept in the manifest, e.g. nprobe=32 (IVF), efSearch=128 (HNSW) or "
         "qb=4 (RaBitQ's query bits, 1-8); for LanceDB types nprobes=N (default 20), refine_factor=R, ef=N (HNSW); "
-        "for USearch ef=N (its HNSW's expansion_search)",
+        "for USearch ef=N (its HNSW's expansion_search); for Qdrant hnsw_ef=N, exact=true|false, rescore=true|false, "
+        "oversampling=X, quantile=Q (int8), query_encoding=default|binary|scalar4bits|scalar8bits (bq)",
     )
     p.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
     add_runtime_options(p, default=AUTO)

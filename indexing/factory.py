@@ -2,9 +2,12 @@
 
 A type is ``TYPE`` or ``TYPE@METRIC``. ``TYPE`` names its store by prefix: a FAISS factory string or 1-bit code
 (``Flat``, ``PQ32``, ``IVF64,PQ32``, ``BIN``; cone.indexing.faiss_store), ``lance:TYPE`` (LanceDB;
-cone.indexing.lance), ``usearch:CODEC`` or ``usearch:exact:CODEC`` (USearch; cone.indexing.usearch_store).
+cone.indexing.lance), ``usearch:CODEC`` or ``usearch:exact:CODEC`` (USearch; cone.indexing.usearch_store),
+``sqlite:ELEMENT`` (sqlite-vec's vec0 tables; cone.indexing.sqlite_vec_store), ``qdrant:TYPE`` (a Qdrant Edge
+shard; cone.indexing.qdrant_store).
 ``METRIC`` is ``dot``, ``l2`` or ``cosine`` where the store offers it (cone.indexing.codes); left out, the store's
-default (FAISS: dot; LanceDB: l2, its own default; USearch: cosine, its own default). A store is added by one module
+default (FAISS: dot; LanceDB: l2, its own default; USearch: cosine, its own default; sqlite-vec: l2, vec0's own,
+which has no inner product). A store is added by one module
 implementing cone.indexing.codes.Store and one line of ``STORES``.
 """
 
@@ -37,12 +40,15 @@ from cone.indexing.faiss_store import (  # noqa: F401 -- the FAISS store's names
 from cone.indexing.lance import LanceStore
 from cone.indexing.location import StoreConfig, configured, member
 from cone.indexing.pgvector_store import PgvectorStore
+from cone.indexing.qdrant_store import QdrantStore
+from cone.indexing.sqlite_vec_store import SqliteVecStore
 from cone.indexing.usearch_store import UsearchStore
 from cone.indexing.user_index import UserIndex
 
 # The registry: --store's names, each with its store. The first is the default, whose types carry no prefix.
 STORES: dict[str, Store] = {
-    store.name: store for store in (FaissStore(), LanceStore(), UsearchStore(), PgvectorStore())
+    store.name: store
+    for store in (FaissStore(), QdrantStore(), LanceStore(), UsearchStore(), PgvectorStore(), SqliteVecStore())
 }
 DEFAULT_STORE = FaissStore.name
 

@@ -6,10 +6,15 @@ shared direction m (q ≈ c·m), so q·e ≈ c·(e·m): the code's error along m
 on every score while the gaps between neighbours shrink by 1 - c² (50× at 0.99). Under ``l2`` (|q - x̂|²) the error
 enters as (x - q)·e, and under ``cosine`` (x̂/|x̂|) as (q - x)·e to first order: x - q has no component along m,
 so the shared part cancels. Residual coding is not what saves a code: FAISS's IVF,PQ (residuals from the list
-centres) loses as much as PQ under ``dot`` (measured below), and both hold under ``l2``.
+centres) loses as much as PQ under ``dot`` (measured below), and both hold under ``l2``. Two properties of a code
+change the picture (Qdrant, below): a "cosine" that is the inner product of vectors normalized before coding (the
+decoded x̂ is never renormalized) is ``dot`` for the rule, and a code centred per dimension before rounding (the
+error then has no part along the shared offset to carry) holds under every metric.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -80,3 +85,59 @@ def test_usearch_scalar_codes_lose_under_dot_where_their_rounding_is_coarse(spac
     assert kept(spaces, "usearch:exact:i8@dot") < LOSES
     assert kept(spaces, "usearch:exact:f16@dot") > HOLDS
     assert kept(spaces, "usearch:exact:f16@cosine") > HOLDS
+
+
+# Qdrant (cone.indexing.qdrant_store): the codes searched through the graph (hnsw_ef well above k) without rescoring,
+# so that what is measured is the code. Qdrant's Cosine is the inner product of the vectors it normalized on upsert
+# (its segments record distance_type Dot), so under Cosine a code is scored as under Dot. What decides is read from
+# the shard's own quantization metadata: int8 keeps one scale and offset for every dimension and PQ codes raw
+# coordinates (both lose under Dot and Cosine, not under Euclid); the 1.5- and 2-bit binary encodings keep each
+# dimension's mean and deviation and TurboQuant a shift per (rotated) dimension: centred per dimension, they hold
+# at every metric; one-bit codes are signs, which a 0.99 cone makes all alike, so no metric saves them.
+QDRANT_CODE = "hnsw_ef=512,rescore=false"
+
+
+@pytest.mark.parametrize(
+    ("factory", "loses"),
+    [
+        ("qdrant:int8@dot", True),
+        ("qdrant:int8@cosine", True),
+        ("qdrant:int8@l2", False),
+        ("qdrant:pq16@dot", True),
+        ("qdrant:pq16@cosine", True),
+        ("qdrant:bq1@l2", True),
+    ],
+)
+def test_qdrant_codes_without_a_per_dimension_centre_lose_under_dot_and_cosine(spaces, factory, loses):
+    pytest.importorskip("qdrant_edge")
+    share = kept(spaces, factory, QDRANT_CODE)
+    assert share < LOSES if loses else share > LOSES  # int8 under Euclid keeps 0.84 of its healthy recall (seed 0)
+
+
+def test_qdrant_pq_holds_under_euclid(spaces):
+    pytest.importorskip("qdrant_edge")
+    assert kept(spaces, "qdrant:pq16@l2", QDRANT_CODE) > HOLDS
+
+
+@pytest.mark.parametrize(("factory", "centre"), [("qdrant:bq1.5@dot", "vector_stats"), ("qdrant:tq1@dot", "shift")])
+def test_qdrant_codes_centred_per_dimension_hold_under_the_inner_product(spaces, factory, centre):
+    pytest.importorskip("qdrant_edge")
+    assert kept(spaces, factory, QDRANT_CODE) > HOLDS
+    codes = build_codes(spaces[0.99][0], parse_index_type(factory), QDRANT_CODE)
+    meta = [json.loads(f.read_text()) for f in codes.path.glob("segments/*/vector_storage/quantized.meta.json")]
+    (counted,) = [m for m in meta if m["vector_parameters"].get("count")]  # the indexed segment's codes
+    if centre == "vector_stats":
+        means = [s["mean"] for s in counted["vector_stats"]["elements_stats"]]
+    else:
+        means = counted["error_correction"]["shift"]
+    assert np.abs(means).max() > 0.05  # a centre fitted on the coned vectors, not zero
+    codes.close()
+
+
+def test_sqlite_vec_has_no_inner_product_and_its_int8_loses_alike_under_l2_and_cosine(spaces):
+    """vec0 offers l2 and cosine only; 'unit' int8 has one fixed step (1/127) for every coordinate and no centre, so
+    the metric does not decide: it keeps about 0.73 of its healthy recall under both (seed 0), and sign bits lose."""
+    pytest.importorskip("sqlite_vec")
+    l2, cosine = kept(spaces, "sqlite:int8@l2"), kept(spaces, "sqlite:int8@cosine")
+    assert l2 < HOLDS and cosine < HOLDS and abs(l2 - cosine) < 0.1
+    assert kept(spaces, "sqlite:bit") < LOSES
