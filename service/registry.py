@@ -64,20 +64,24 @@ class Entry:
     def available(self) -> bool:
         return self.index is not None and not self.failed
 
-    def fail(self, exc: DamagedIndex) -> None:
-        """Mark this index unavailable with the reason: its files were damaged under it (until a reload)."""
-        self.reason, self.failed = one_line(f"damaged while served: {exc}"), True
+    def fail(self, exc: Exception) -> IndexFailed:
+        """Mark this index unavailable with the reason, until a reload opens (and so checks) it again: its files
+        were damaged under it (DamagedIndex), or its store failed in a way no check foresaw (a bad disk block
+        read as ids past the corpus: IndexError; a setting its library refuses: OverflowError)."""
+        why = str(exc) if isinstance(exc, DamagedIndex) else f"search failed ({type(exc).__name__}: {str(exc)[:200]})"
+        self.reason, self.failed = one_line(f"damaged while served: {why}"), True
+        return IndexFailed(f"model {self.name!r} is unavailable: {self.reason}")
 
     def search(self, query: str, k: int) -> tuple[list[Hit], dict[str, float]]:
         """Top-k hits and this query's score spread over the top ``SPREAD_DOCS`` documents the index returns.
-        A DamagedIndex (a file changed under the index) marks the entry unavailable before it propagates."""
+        The request is checked before it gets here (a text, 1 <= k <= MAX_K), so any failure is the index's: it
+        marks the entry unavailable and is raised as IndexFailed, never as the store's own exception."""
         try:
             found: SearchResult = self._batcher.submit((query, k))
             hits = found.hits(0, k)  # the rows below the top k are there for the spread alone
             scores = found.scores[0][found.rows[0] >= 0].astype(float)  # stores pad with row -1 (empty IVF probe)
-        except DamagedIndex as exc:
-            self.fail(exc)
-            raise
+        except Exception as exc:
+            raise self.fail(exc) from exc
         spread_of = scores if len(scores) else np.zeros(1)
         spread = {
             "min": float(spread_of.min()),
@@ -311,6 +315,10 @@ class Registry:
                 future.set_result(self.reload())
             except BaseException as exc:  # given to every request that joined it: none waits forever
                 future.set_exception(exc)
+
+
+class IndexFailed(DamagedIndex):
+    """An index's search failed: the entry is marked unavailable, with the reason this carries."""
 
 
 class FolderGone(ConeError):
