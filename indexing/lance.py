@@ -464,6 +464,24 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
     return made
 
 
+# What a build records in index_params: each a count > 0 where present (refine_factor may be null: not applied).
+RECORDED_COUNTS = ("num_partitions", "num_sub_vectors", "num_bits", "m", "ef_construction", "nprobes", "ef")
+
+
+def check_params(folder: Path, name: str, params: dict) -> None:
+    """The manifest's index_params by the rules a build follows (``build_params``): the search settings the type
+    takes, and every count a whole number > 0. LanceDB itself fails each search on one it cannot take (nprobes
+    -5: an OverflowError), so a manifest edited so is refused at load."""
+    for setting in ("nprobes", "ef", "refine_factor"):
+        if params.get(setting) is not None and setting not in SEARCH_SETTINGS[name]:
+            raise DamagedIndex(f"{folder}: manifest's index_params set {setting}, which lance:{name} does not take")
+    for key in (*RECORDED_COUNTS, "refine_factor"):
+        value = params.get(key)
+        unset = value is None and key == "refine_factor"
+        if key in params and not unset and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise DamagedIndex(f"{folder}: manifest's index_params {key} is {value!r}, not a whole number > 0")
+
+
 class LanceStore:
     """LanceDB (cone.indexing.codes.Store): ``lance:TYPE``, under ``dot``, ``l2`` (its default) or ``cosine``."""
 
@@ -505,6 +523,7 @@ class LanceStore:
     ) -> LanceCodes:
         if params.get("metric", kind.metric) != kind.metric:
             raise DamagedIndex(f"{folder}: index_params say {params['metric']}, the manifest's metric {kind.metric}")
+        check_params(folder, type_of(kind.factory), params)
         return LanceCodes.read(folder, kind.factory, dim, params | {"metric": kind.metric})
 
 

@@ -245,6 +245,23 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
     return made
 
 
+def check_params(folder: Path, kind: IndexType, params: dict) -> None:
+    """The manifest's index_params agree with its type (``usearch:CODEC`` and its metric) and every recorded HNSW
+    setting is a whole number > 0: a manifest whose codec is ``nope`` is refused, not served from a file of
+    another codec."""
+    exact, codec = _parts(kind.factory)
+    expected = {"codec": codec, "metric": USEARCH_METRIC[kind.metric], "bits_per_dim": BITS[codec]}
+    for key, value in expected.items():
+        if key in params and params[key] != value:
+            raise DamagedIndex(
+                f"{folder}: manifest's index_params {key} is {params[key]!r}, {kind.factory} has {value!r}"
+            )
+    for key in ("connectivity", "expansion_add", "expansion_search"):
+        value = params.get(key)
+        if key in params and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise DamagedIndex(f"{folder}: manifest's index_params {key} is {value!r}, not a whole number > 0")
+
+
 class UsearchStore:
     """USearch (cone.indexing.codes.Store): ``usearch:CODEC`` (HNSW) and ``usearch:exact:CODEC``."""
 
@@ -316,6 +333,7 @@ class UsearchStore:
     def read(
         self, folder: Path, kind: IndexType, dim: int, search_params: str, on_disk: bool, params: dict
     ) -> UsearchCodes:
+        check_params(folder, kind, params)
         module = usearch_index()
         path = folder / INDEX_FILE
         try:

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from cone.encoders.registry import load_encoder
 from cone.indexing.factory import INDEX_FILE, IVF_DATA
+from cone.indexing.faiss_store import FILE_RECORD
 from cone.indexing.spec import parse_index_type
 from cone.indexing.streaming import StreamOptions, build_dense_streaming
 from cone.service.app import ADMIN_KEY_ENV, create_app
@@ -110,6 +111,9 @@ def test_a_search_that_fails_while_served_is_a_409_and_the_next_reload_checks_th
 def _damage(case: str, folder: Path) -> None:
     if case == "stream-lists-random":
         randomize(folder / IVF_DATA)
+    elif case == "stream-lists-random-unrecorded":  # a folder written before sizes and CRCs were recorded
+        randomize(folder / IVF_DATA)
+        (folder / FILE_RECORD).unlink()
     elif case == "bm25-indices-random":
         randomize(folder / BM25_INDICES, keep=npy_header(folder / BM25_INDICES))
     elif case == "lance-nprobes-negative":
@@ -125,10 +129,11 @@ def _damage(case: str, folder: Path) -> None:
 
 
 CASES = {  # case -> (the index kind damaged, a word of the reason)
-    "stream-lists-random": ("stream", IVF_DATA),
+    "stream-lists-random": ("stream", "CRC-32"),
+    "stream-lists-random-unrecorded": ("stream", "holds id"),  # the ids' bounds, read where the lists lie
     "bm25-indices-random": ("bm25", "indices"),
     "lance-nprobes-negative": ("lance", "nprobes"),
-    "flat-body-random": ("flat", INDEX_FILE),
+    "flat-body-random": ("flat", f"{INDEX_FILE} is not the file written"),
     "flat-manifest-says-ivf": ("flat", "IVF64"),
     "usearch-codec-unknown": ("usearch", "codec"),
 }
