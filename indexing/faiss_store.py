@@ -386,9 +386,13 @@ def check_files(folder: Path) -> None:
         try:
             found = (folder / name).stat().st_size
             if found != size:
-                raise DamagedIndex(f"{folder}: {name} is {found:,} bytes, written as {size:,}")
+                raise DamagedIndex(f"{folder}: corrupt index files ({name} is {found:,} bytes, written as {size:,})")
             if _crc32(folder / name) != crc:
-                raise DamagedIndex(f"{folder}: {name} is not the file written (its CRC-32 differs: damaged)")
+                raise DamagedIndex(
+                    f"{folder}: corrupt index files ({name} is not the file written: its CRC-32 differs)"
+                )
+        except FileNotFoundError:
+            continue  # the reader says which file its type needs (a streamed index without its lists, ...)
         except OSError as exc:
             raise DamagedIndex(f"{folder}: {name} unreadable ({exc.strerror})") from None
 
