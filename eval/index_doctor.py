@@ -121,6 +121,7 @@ def _measured(
     """The repair written to ``path``, read back as its store reads it, and measured against the index today; and
     how much of today's exact top 10 exact search in the repair's own space keeps (a centering changes the exact
     ranking itself, so that much of its recall is not the index's to lose)."""
+    path.parent.mkdir(parents=True, exist_ok=True)  # --fix's folders: made only now, every input checked
     recipe.write(path)
     made = recipe.opened(path)
     mine = recalls_at_10(made, queries, exact)

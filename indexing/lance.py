@@ -384,7 +384,10 @@ def _user_code_bytes(kind: str, compression: dict, dim: int) -> float:
 def _user_search(tbl: object, column: str, metric: str, row_of: dict[int, int]) -> Callable:
     def search(queries: np.ndarray, k: int) -> np.ndarray:
         query = tbl.search(list(np.asarray(queries, dtype=np.float32)), vector_column_name=column)
-        found = query.distance_type(metric).limit(k).with_row_id(True).to_arrow()
+        try:
+            found = query.distance_type(metric).limit(k).with_row_id(True).to_arrow()
+        except (RuntimeError, ValueError, OSError) as exc:  # an index file damaged: read only when searched
+            raise InputError(f"--index: LanceDB cannot search table {tbl.name!r} ({_first_line(exc)})") from None
         ids = found["_rowid"].to_numpy()
         rows = np.full((len(queries), k), -1, dtype=np.int64)
         for q, mine in enumerate(_per_query(found, len(queries), k, found["_distance"].to_numpy())):
@@ -395,7 +398,15 @@ def _user_search(tbl: object, column: str, metric: str, row_of: dict[int, int]) 
 
 
 def open_user(path: Path, table: str | None) -> UserIndex:
-    """A Lance table as LanceDB opens it: its vectors (in row order), its first index (type, metric, codes)."""
+    """A Lance table as LanceDB opens it: its vectors (in row order), its first index (type, metric, codes). A file
+    of it LanceDB cannot read (truncated, zeroed, overwritten: its RuntimeError or ValueError) is one line."""
+    try:
+        return _open_user(path, table)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise InputError(f"--index {path}: LanceDB cannot read it ({_first_line(exc)})") from None
+
+
+def _open_user(path: Path, table: str | None) -> UserIndex:
     tbl, table = _user_table(path, table)
     indices = tbl.list_indices()
     vector_fields = [f.name for f in tbl.schema if _VECTOR_FIELD.match(str(f.type))]
@@ -534,5 +545,6 @@ def pyarrow_module() -> ModuleType:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The library's message, its first line, without the Rust source location Lance appends (", /rustc/...")."""
     text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:200]
+    return re.sub(r",? /rustc/\S+", "", text[0] if text else type(exc).__name__)[:200]
