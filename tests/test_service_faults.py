@@ -603,6 +603,29 @@ def test_an_index_opened_again_shares_the_encoder_of_its_model_s_kept_indexes(bu
     assert after["b"].index.encoder is after["a"].index.encoder and after["b"].lock is after["a"].lock
 
 
+def test_an_index_rebuilt_alone_of_its_model_keeps_its_encoder_until_the_weights_change(
+    built, tiny_checkpoints, tmp_path, monkeypatch
+):
+    """Issue 48, item 2: every reload of a reload storm with the index's manifest touched loaded its model again
+    (0.83 s of a 0.85 s reload, beside the searches). The index is opened again; its encoder is the one serving."""
+    import cone.encoders.registry as encoders
+
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "baseline", root / "baseline")
+    registry = Registry(root, tiny_checkpoints)
+    before = registry.reload()["baseline"]
+    loads: list[str] = []
+    real = encoders.load_encoder
+    monkeypatch.setattr(encoders, "load_encoder", lambda name, *a, **k: loads.append(name) or real(name, *a, **k))
+    os.utime(root / "baseline" / "manifest.json")  # rebuilt (as far as a reload can tell): opened again
+    after = registry.reload()["baseline"]
+    assert after is not before and after.available and loads == []
+    assert after.index.encoder is before.index.encoder and after.lock is before.lock
+    os.utime(tiny_checkpoints / "baseline" / "config.json")  # the weights rewritten: loaded again
+    again = registry.reload()["baseline"]
+    assert loads == ["baseline"] and again.index.encoder is not before.index.encoder
+
+
 def test_the_service_runs_on_asyncio_s_loop_where_the_accept_gate_can_pause(tmp_path, monkeypatch):
     """The connection queue (AcceptGate) pauses asyncio's own Server; under uvicorn's default loop="auto" an
     installed uvloop (uvicorn[standard] brings it) would run instead, and the gate would silently fall back to
