@@ -27,6 +27,7 @@ from fastapi.testclient import TestClient
 
 from cone.encoders.registry import load_encoder
 from cone.indexing.factory import IVF_DATA
+from cone.indexing.faiss_store import FILE_RECORD
 from cone.indexing.spec import parse_index_type
 from cone.indexing.streaming import StreamOptions, build_dense_streaming
 from cone.service.app import ADMIN_KEY_ENV, create_app
@@ -368,6 +369,8 @@ def test_a_streamed_index_truncated_before_start_or_reload_is_unavailable_not_a_
     root = tmp_path / "R"
     shutil.copytree(ivf16, root / ivf16.name)
     shutil.copytree(ivf16, root / "reloaded")
+    for name in (ivf16.name, "reloaded"):  # as written before sizes were recorded: the lists' own bounds tell
+        (root / name / FILE_RECORD).unlink()
     halve(root / ivf16.name / IVF_DATA)
     monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
     proc, url, _ = start_server(root, tiny_checkpoints)
