@@ -572,6 +572,46 @@ def test_40_reopened_idle_sockets_under_128_descriptors_leave_health_checks_and_
     assert "Traceback" not in log, log[-3000:]
 
 
+@pytest.mark.slow
+def test_200_reopened_idle_sockets_under_256_descriptors_leave_health_checks_and_requests_answered(
+    built, tiny_checkpoints, tmp_path
+):
+    """Issue 48, item 3: the cap is 64 connections, so ~136 idle sockets wait in the listen queue ahead of a health
+    check; each one accepted had a second to send its first byte, and the queue moved one cap a second (2-4 s)."""
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "bm25", root / "bm25")
+    proc, url, port = start_server(root, tiny_checkpoints, nofile=256)
+    stop, opened = threading.Event(), []
+    holders = [threading.Thread(target=_hold_idle, args=(port, stop, opened), daemon=True) for _ in range(200)]
+    try:
+        for holder in holders:
+            holder.start()
+        deadline = time.monotonic() + 30
+        while len(opened) < 400 and time.monotonic() < deadline:  # every holder connected, and reconnected
+            time.sleep(0.1)
+        assert len(opened) >= 400
+        worst: dict[str, float] = {}
+        for _ in range(6):
+            for path in ("/healthz", "/search?model=bm25&q=cell+protein"):
+                started = time.monotonic()
+                try:
+                    status = get(url + path, timeout=5)[0]
+                except OSError as exc:  # no answer within the 5 s
+                    status = repr(exc)
+                took = time.monotonic() - started
+                worst[path] = max(worst.get(path, 0.0), took)
+                assert status == 200, (path, status, took)
+            time.sleep(0.5)
+        assert max(worst.values()) < 1.5, worst  # a bound of liveness on a shared 2-core machine, not a speed
+        assert proc.poll() is None
+    finally:
+        stop.set()
+        for holder in holders:
+            holder.join(10)
+        log = stop_server(proc)
+    assert "Traceback" not in log, log[-3000:]
+
+
 def test_a_reload_keeps_the_entries_of_unchanged_indexes_and_opens_the_changed_ones_again(
     built, tiny_checkpoints, tmp_path
 ):
