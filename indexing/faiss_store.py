@@ -331,15 +331,20 @@ def check_list_ids(index: faiss.Index, where: Path) -> None:
 
 @cache
 def _factory_shape(dim: int, factory: str, metric: int) -> str:
-    """The classes a factory string builds (``IndexPreTransform(PCAMatrix) > IndexIVFFlat``), with its IVF lists
-    counted as 1 (``IVF65536`` would allocate its lists): what a file of that type reads back as."""
+    """The index a factory string builds (``_shape``), with its IVF lists counted as 1 (``IVF65536`` would allocate
+    its lists): what a file of that type reads back as."""
     return _shape(faiss.index_factory(dim, _one_list(factory), metric))
 
 
 def _shape(index: faiss.Index) -> str:
-    """``_class_name``, a flat index's by-metric class named as the factory makes it (read_index gives IndexFlatIP
-    for the IndexFlat that "Flat" made by the inner product; the metric is checked on its own)."""
-    return re.sub(r"\bIndexFlat(?:IP|L2)\b", "IndexFlat", _class_name(index))
+    """The class of the index that keeps the codes, after how many transforms: what a factory string decides and a
+    file keeps. (A transform's own class is not: an OPQ matrix reads back as a LinearTransform; and a flat index's
+    by-metric class is named as the factory makes it: read_index gives IndexFlatIP for the IndexFlat that "Flat"
+    made by the inner product, whose metric is checked on its own.)"""
+    outer = faiss.downcast_index(index)  # a view: ``index`` (which may own the C++ object) stays referenced
+    transforms = outer.chain.size() if isinstance(outer, faiss.IndexPreTransform) else 0
+    core = re.sub(r"^IndexFlat(?:IP|L2)$", "IndexFlat", type(core_index(index)).__name__)
+    return f"{core} after {transforms} transform{'s' * (transforms != 1)}" if transforms else core
 
 
 def check_factory(index: faiss.Index, kind: IndexType, where: Path) -> None:

@@ -175,3 +175,26 @@ def test_a_store_damaged_while_served_is_refused_by_the_next_reload(
         listed = {m["name"]: m for m in c.get("/models").json()["models"]}[case]
         assert not listed["available"] and word in listed["reason"], listed
         assert search(c, case).status_code == 409
+
+
+FAISS_TYPES = [
+    "Flat", "SQ8", "SQfp16", "PQ8", "PQ8@l2", "HNSW32", "IVF4,Flat", "IVF4,PQ8", "IVF4,SQ8@l2", "RaBitQ",
+    "IVF4,RaBitQ", "PCA16,Flat", "OPQ8,IVF4,PQ8", "IVF4_HNSW32,Flat", "IMI2x2,Flat@l2", "BIN", "BIN+rescore:8",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("factory", FAISS_TYPES)
+def test_every_faiss_type_reads_back_past_the_load_checks_and_a_manifest_naming_another_is_refused(factory, tmp_path):
+    from cone.errors import DamagedIndex
+    from cone.indexing.factory import build_codes, read_codes
+
+    vectors = np.random.default_rng(0).standard_normal((300, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    kind = parse_index_type(factory)
+    build_codes(vectors, kind).write(tmp_path)
+    codes = read_codes(tmp_path, kind, 32, "", False)
+    assert codes.ntotal == 300 and (codes.search(vectors[:3], 1)[1][:, 0] >= 0).all()
+    if not kind.binary:
+        other = parse_index_type("IVF8,Flat" if factory != "IVF8,Flat" else "Flat")
+        with pytest.raises(DamagedIndex, match="the manifest says"):
+            read_codes(tmp_path, other, 32, "", False)
