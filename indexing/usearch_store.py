@@ -262,6 +262,15 @@ def check_params(folder: Path, kind: IndexType, params: dict) -> None:
             raise DamagedIndex(f"{folder}: manifest's index_params {key} is {value!r}, not a whole number > 0")
 
 
+def check_file(folder: Path, kind: IndexType, index: object) -> None:
+    """The file's own codec and metric are the manifest's type's (``usearch:f16`` is refused over an f32 file)."""
+    _, codec = _parts(kind.factory)
+    found = {"codec": index.dtype.name.lower(), "metric": index.metric_kind.name.lower()}
+    for key, expected in (("codec", codec), ("metric", USEARCH_METRIC[kind.metric])):
+        if found[key] != expected:
+            raise DamagedIndex(f"{folder}: the manifest says {key} {expected}, {INDEX_FILE} holds {found[key]}")
+
+
 class UsearchStore:
     """USearch (cone.indexing.codes.Store): ``usearch:CODEC`` (HNSW) and ``usearch:exact:CODEC``."""
 
@@ -356,6 +365,7 @@ class UsearchStore:
             raise DamagedIndex(f"{folder}: corrupt {INDEX_FILE} ({str(exc).splitlines()[0][:160]})") from None
         if index is None or int(index.ndim) != (8 * -(-dim // 8) if kind.binary else dim):
             raise DamagedIndex(f"{folder}: {INDEX_FILE} is not a {dim}-dim USearch index")
+        check_file(folder, kind, index)
         if "expansion_search" in params:
             index.expansion_search = int(params["expansion_search"])
         codes = UsearchCodes(index, kind, dict(params))

@@ -124,6 +124,8 @@ def _damage(case: str, folder: Path) -> None:
         edit_manifest(folder, index_factory="IVF64,Flat")
     elif case == "usearch-codec-unknown":
         edit_manifest(folder, index_params={"codec": "nope"})
+    elif case == "usearch-manifest-says-f16":  # a manifest consistent in itself, not with the f32 file
+        edit_manifest(folder, index_factory="usearch:f16", index_params={"codec": "f16", "bits_per_dim": 16})
     else:
         raise AssertionError(case)
 
@@ -136,6 +138,7 @@ CASES = {  # case -> (the index kind damaged, a word of the reason)
     "flat-body-random": ("flat", f"{INDEX_FILE} is not the file written"),
     "flat-manifest-says-ivf": ("flat", "IVF64"),
     "usearch-codec-unknown": ("usearch", "codec"),
+    "usearch-manifest-says-f16": ("usearch", "holds f32"),
 }
 
 
