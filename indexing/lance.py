@@ -234,9 +234,12 @@ class LanceCodes:
         lancedb = lancedb_module()
         dataset = folder / f"{TABLE}.lance"
         try:
-            recorded = json.loads((folder / FILES).read_text())["files"]
+            written = json.loads((folder / FILES).read_text())
+            recorded, written_type = written["files"], written["type"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DamagedIndex(f"{folder}: missing or corrupt {FILES} ({_first_line(exc)})") from None
+        if written_type != name:
+            raise DamagedIndex(f"{folder}: the manifest says {PREFIX}{name}, the table was written as {written_type}")
         found = _dataset_files(dataset) if dataset.is_dir() else {}
         for path, size in recorded.items():
             if found.get(path) != size:

@@ -122,6 +122,8 @@ def _damage(case: str, folder: Path) -> None:
         randomize(folder / INDEX_FILE, keep=64)  # FAISS's header (type, d, ntotal, metric) read as it was
     elif case == "flat-manifest-says-ivf":
         edit_manifest(folder, index_factory="IVF64,Flat")
+    elif case == "lance-manifest-says-ivf-pq":
+        edit_manifest(folder, index_factory="lance:IVF_PQ")
     elif case == "usearch-codec-unknown":
         edit_manifest(folder, index_params={"codec": "nope"})
     elif case == "usearch-manifest-says-f16":  # a manifest consistent in itself, not with the f32 file
@@ -137,6 +139,7 @@ CASES = {  # case -> (the index kind damaged, a word of the reason)
     "lance-nprobes-negative": ("lance", "nprobes"),
     "flat-body-random": ("flat", f"{INDEX_FILE} is not the file written"),
     "flat-manifest-says-ivf": ("flat", "IVF64"),
+    "lance-manifest-says-ivf-pq": ("lance", "written as FLAT"),
     "usearch-codec-unknown": ("usearch", "codec"),
     "usearch-manifest-says-f16": ("usearch", "holds f32"),
 }
