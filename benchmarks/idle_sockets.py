@@ -15,7 +15,6 @@ import argparse
 import http.client
 import json
 import resource
-import socket
 import subprocess
 import sys
 import threading
@@ -28,24 +27,8 @@ import numpy as np
 from cone.cpu import cpu_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from local_service import free_port, wait_ready  # noqa: E402
+from local_service import free_port, hold_idle, wait_ready  # noqa: E402
 from local_service import stop as stop_server  # noqa: E402 (`stop` here is the holders' Event)
-
-
-def hold_idle(port: int, stop: threading.Event, opened: list[int]) -> None:
-    """One idle client: connect, send nothing, and connect again as soon as the server closes it."""
-    while not stop.is_set():
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-                opened.append(1)
-                while not stop.is_set():
-                    try:
-                        if not conn.recv(4096):  # closed by the server (after its 408)
-                            break
-                    except TimeoutError:
-                        continue
-        except OSError:
-            time.sleep(0.01)
 
 
 def timed_get(port: int, path: str, timeout: float) -> float | None:
