@@ -521,3 +521,19 @@ def test_a_lance_dataset_with_a_damaged_fragment_is_one_line_and_exit_2(how, tmp
     err = capsys.readouterr().err.strip()
     assert f"--index {tmp_path / 'docs.lance'}: LanceDB cannot read it" in err and "\n" not in err, err
     assert "/rustc/" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("scale", "said"), [(1e30, "length 1e+30, whose float32 products overflow"), (1e-30, "vanish")]
+)
+def test_an_index_of_vectors_at_a_scale_no_float32_product_holds_is_refused_naming_it(scale, said, tmp_path, capsys):
+    import faiss
+
+    docs, _, _ = clustered()
+    vectors = (docs / np.linalg.norm(docs, axis=1, keepdims=True)).astype(np.float64) * scale
+    index = faiss.IndexFlatIP(DIM)
+    index.add(vectors.astype(np.float32))
+    faiss.write_index(index, str(tmp_path / "scaled.faiss"))
+    assert main(["doctor", "--index", str(tmp_path / "scaled.faiss"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and "\n" not in err, err
