@@ -30,6 +30,7 @@ from cone.cpu import cpu_name
 # The loopback helpers live with the tests (they are not part of the installed package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from local_service import free_port, wait_ready  # noqa: E402
+from local_service import stop as stop_server  # noqa: E402 (each benchmark's own `stop` is its Event)
 
 QUERIES = ["vitamin D deficiency", "cell protein expression", "gene therapy trial", "tumor growth in mice"]
 
@@ -124,7 +125,7 @@ def main() -> None:
         stop.set()
         for thread in threads:
             thread.join(90)
-        stop(server)
+        stop_server(server)
     summary = {
         "cpu": cpu_name(),
         "indexes": str(args.indexes),

@@ -6,7 +6,8 @@ over the models and a few queries, each on its own keep-alive connection) for --
 the previous one (a storm: requests pile up unless the service coalesces them). /healthz is timed twice a second
 throughout. Both phases run against the same process, so their search percentiles compare like with like.
 A reload keeps the indexes whose files did not change; --touch NAME rewrites NAME's manifest time before each
-reload request, so that every reload opens that index (and loads its encoder) again: the costly case.
+reload request, so that every reload opens that index again (its encoder is the one serving, where the weights are
+the same files). The server's RSS is read before and after the storm.
 
 Usage: python benchmarks/reload_storm.py --indexes DIR [--clients 16] [--seconds 20] [--rate 2] [--touch NAME]
        [--json | --record OUT]
@@ -34,7 +35,7 @@ from cone.cpu import cpu_name
 # The loopback helpers live with the tests (they are not part of the installed package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from local_service import free_port, wait_ready  # noqa: E402
-from local_service import stop as stop_server  # noqa: E402
+from local_service import stop as stop_server  # noqa: E402 (each benchmark's own `stop` is its Event)
 
 QUERIES = ["vitamin D deficiency", "cell protein expression", "gene therapy trial", "tumor growth in mice"]
 TIMEOUT = 60.0  # seconds any one request may take before it counts as an error
@@ -54,6 +55,12 @@ def timed(port: int, method: str, path: str, headers: dict | None = None) -> tup
     finally:
         connection.close()
     return time.perf_counter() - start, status
+
+
+def rss_mib(pid: int) -> float:
+    """The server's resident memory now (what a reload that leaks grows)."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
 
 
 class Phase:
@@ -177,6 +184,7 @@ def measure(args: argparse.Namespace) -> dict:
         for thread in threads:
             thread.start()
         time.sleep(args.seconds)
+        rss = {"before_storm": rss_mib(server.pid)}
         current[0] = storm
         storming = threading.Event()
         touch = args.indexes / args.touch / "manifest.json" if args.touch else None
@@ -188,6 +196,7 @@ def measure(args: argparse.Namespace) -> dict:
         firing.join()
         for thread in fired:  # the storm's last reloads are answered before the phase ends
             thread.join(TIMEOUT)
+        rss["after_storm"] = rss_mib(server.pid)
     finally:
         stop.set()
         for thread in threads:
@@ -203,6 +212,7 @@ def measure(args: argparse.Namespace) -> dict:
         "touched": args.touch,
         "quiet": quiet.summary(args.seconds),
         "storm": storm.summary(args.seconds),
+        "rss_mib": rss,
     }
     result["p99_ratio"] = result["storm"]["p99_ms"] / result["quiet"]["p99_ms"]
     result["p50_ratio"] = result["storm"]["p50_ms"] / result["quiet"]["p50_ms"]
@@ -219,6 +229,10 @@ def show(result: dict) -> str:
             f"{r['reloads']} reloads ({r['reload_errors']} failed), p50 {r['reload_p50_ms']} ms"
         )
     lines.append(f"storm / quiet: p50 x{result['p50_ratio']:.2f}, p99 x{result['p99_ratio']:.2f}")
+    if rss := result.get("rss_mib"):  # records before issue 48 have none
+        lines.append(
+            f"server RSS: {rss['before_storm']:.0f} MiB before the storm, {rss['after_storm']:.0f} MiB after it"
+        )
     return "\n".join(lines)
 
 

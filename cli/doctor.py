@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 import tempfile
 import warnings
@@ -177,14 +179,21 @@ def _injected(sample: doctor.Sample, spec: str) -> doctor.Sample:
     )
 
 
-def check_writable(folder: Path) -> None:
-    """``--out`` can take files, found before any work (not after a whole checkup, as a traceback)."""
+def check_writable(folder: Path, option: str, given: Path | None = None) -> None:
+    """``folder`` can take files, found before any work (not after a whole checkup, as a traceback) and without
+    creating it: the nearest folder on its way that exists is tried with a temporary file, which leaves nothing
+    behind, so a refusal of any input leaves no folder made for its output. ``option`` and ``given``: what the
+    user passed (``--out DIR``, or ``--fix OUT``, whose parent is ``folder``), as the refusal names it."""
+    there = folder
+    while not there.exists() and there != there.parent:
+        there = there.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        if there.exists() and not there.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        with tempfile.TemporaryFile(dir=there):
             pass
     except OSError as exc:
-        raise InputError(f"--out {folder}: cannot write there ({exc.strerror or exc})") from None
+        raise InputError(f"{option} {given or folder}: cannot write there ({exc.strerror or exc})") from None
 
 
 def summarized_warnings(caught: list[warnings.WarningMessage], native: list[str]) -> str | None:
@@ -215,7 +224,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     inject = pp.parse(args.inject)
     doctor.check_target(args.target)  # before any encoding
     if args.out is not None:
-        check_writable(args.out)
+        check_writable(args.out, "--out")
     with warnings.catch_warnings(record=True) as caught, native_stderr_collected() as native:
         warnings.simplefilter("always")
         sample = _sample(args)
@@ -337,11 +346,11 @@ def run_index_doctor(args: argparse.Namespace) -> int:
         raise InputError("--inject goes without --index (the index is measured as it is)")
     doctor.check_target(args.target)
     if args.out is not None:
-        check_writable(args.out)
+        check_writable(args.out, "--out")
     if args.fix is not None:
         if args.fix.exists():
             raise InputError(f"--fix {args.fix}: already exists; name a new file or folder")
-        check_writable(args.fix.parent)
+        check_writable(args.fix.parent, "--fix", args.fix)
     found = open_user_index(args.index, args.table)
     given = None if args.vectors is None else doctor.check_vectors(load_matrix(args.vectors), str(args.vectors))
     vectors = index_doctor.index_vectors(found, given)
@@ -358,6 +367,7 @@ def run_index_doctor(args: argparse.Namespace) -> int:
         print(summary, file=sys.stderr)
     payload = {"vectors_from": str(args.vectors) if args.vectors else "the index", **result.to_json()}
     if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
         (args.out / REPORT).write_text(dump_json(payload) + "\n")
     print(dump_json(payload) if args.json else render_index(result, args.vectors, args.out))
     return 0

@@ -296,6 +296,15 @@ def check_vectors(vectors: object, name: str = "the vectors") -> np.ndarray:
     return x
 
 
+def unit_scale(docs: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Documents and queries times the power of two that brings the documents' largest coordinate into [0.5, 1):
+    cosines do not depend on the scale, but the repairs' fits (variances, whitening) overflow at 1e30 and underflow
+    at 1e-30 in float32. A power of two scales every float exactly, so vectors at any finite scale give the
+    figures of the same vectors at unit scale."""
+    _, exponent = np.frexp(np.abs(docs).max())
+    return np.ldexp(docs, -int(exponent)), np.ldexp(queries, -int(exponent))
+
+
 def check_types(types: IndexTypes, dim: int) -> None:
     """Every index type named can be built at ``dim`` by its store, or one line naming it, before any work; none
     is dropped."""
@@ -312,7 +321,7 @@ def checkup(
     """Diagnose the sample's raw document vectors and try every index type x repair with its queries."""
     check_target(target)
     docs = check_vectors(sample.docs, "the documents' vectors")
-    queries = sample.queries
+    docs, queries = unit_scale(docs, sample.queries)
     if len(docs) < 2 * K:
         raise InputError(f"need at least {2 * K} documents to measure recall@{K}, got {len(docs)}")
     if queries.shape[1] != docs.shape[1]:

@@ -109,10 +109,26 @@ def index_vectors(found: UserIndex, given: np.ndarray | None, name: str = "--vec
                 f"--index {found.path} is a {found.kind}: it keeps no float vectors; pass --vectors X.npy (the "
                 f"({found.ntotal}, {found.dim}) matrix it was built from, row i = id i)"
             )
-        return check_vectors(found.vectors, f"the vectors of {found.path}")
+        return check_scale(check_vectors(found.vectors, f"the vectors of {found.path}"), f"--index {found.path}")
     if given.shape != (found.ntotal, found.dim):
         raise InputError(f"{name} is {given.shape[0]} x {given.shape[1]}, the index holds {found.ntotal} x {found.dim}")
-    return given
+    return check_scale(given, f"--index {found.path}")
+
+
+def check_scale(vectors: np.ndarray, where: str) -> np.ndarray:
+    """Vectors an index can rank: the index is measured as it is, and its library scores float32 products, which
+    overflow (inf: every top 10 a tie) past 3.4e38 and vanish below 1.2e-38. Unlike ``--vectors`` alone (scaled
+    to unit by the doctor, as cosines allow), an index cannot be rescaled: refused, naming the scale."""
+    squares = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
+    limits = np.finfo(np.float32)
+    if squares.max() > limits.max or squares.min() < limits.tiny:
+        worst = np.sqrt(squares.max() if squares.max() > limits.max else squares.min())
+        raise InputError(
+            f"{where}: vectors of length {worst:.3g}, whose float32 products "
+            f"{'overflow' if squares.max() > limits.max else 'vanish'}, so no index ranks them; rebuild it over "
+            "the same vectors at unit scale (each divided by its length: the cosines are the same)"
+        )
+    return vectors
 
 
 def _measured(
@@ -121,6 +137,7 @@ def _measured(
     """The repair written to ``path``, read back as its store reads it, and measured against the index today; and
     how much of today's exact top 10 exact search in the repair's own space keeps (a centering changes the exact
     ranking itself, so that much of its recall is not the index's to lose)."""
+    path.parent.mkdir(parents=True, exist_ok=True)  # --fix's folders: made only now, every input checked
     recipe.write(path)
     made = recipe.opened(path)
     mine = recalls_at_10(made, queries, exact)

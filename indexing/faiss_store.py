@@ -17,10 +17,12 @@ it; under L2 it cancels (q - x̂ has none), so PQ32 breaks under a cone with ``d
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import weakref
+import zlib
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -40,6 +42,9 @@ INDEX_FILE = "index.faiss"
 BINARY_FILE = "index.faissbin"  # a FAISS binary index of the codes
 RESCORE_FILE = "rescore.npy"  # BIN+rescore's float32 unit vectors, in row order
 IVF_DATA = "index.ivfdata"  # a streamed build's inverted lists, on disk
+# Each file's size and CRC-32 when written: FAISS's files carry no checksum, so a body of random bytes would load
+# and serve garbage. CRC-32 reads ~4 GB/s (zlib), so checking it costs less than a second per GB at every load.
+FILE_RECORD = "faiss_files.json"
 DEFAULT_FACTORY = "Flat"
 BINARY = re.compile(r"^BIN(?:\+rescore:(?P<depth>\d+))?$")
 SCALAR_BITS = ("4", "6", "8")  # SQ4, SQ6, SQ8 (and SQfp16, SQbf16, SQ8_direct...)
@@ -93,13 +98,18 @@ def _faiss_cannot_parse(factory: str) -> str | None:
     without the vectors' dimension: only "could not parse" is decided here, whatever depends on the dimension
     (PQ33 on d = 384) is FAISS's to say once the model's is known. The parser runs on a copy whose list counts are 1
     (``IVF65536`` and ``IMI2x16`` allocate their lists when made)."""
-    probe = re.sub(r"IMI\d+x\d+", "IMI2x1", re.sub(r"IVF\d+", "IVF1", factory))
+    probe = _one_list(factory)
     try:
         faiss.index_factory(8, probe, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         reason = faiss_reason(exc)
         return reason.replace(probe, factory) if "could not parse" in reason else None
     return None
+
+
+def _one_list(factory: str) -> str:
+    """``factory`` with its list counts 1 (``IVF65536`` and ``IMI2x16`` allocate their lists when made)."""
+    return re.sub(r"IMI\d+x\d+", "IMI2x1", re.sub(r"IVF\d+", "IVF1", factory))
 
 
 def faiss_reason(exc: RuntimeError) -> str:
@@ -228,6 +238,7 @@ class FloatCodes:
 
     def write(self, folder: Path) -> None:
         write_faiss(faiss.write_index, self.index, folder / INDEX_FILE)
+        record_files(folder, (INDEX_FILE,))
 
     @property
     def params(self) -> dict[str, int | str | None]:
@@ -293,7 +304,102 @@ def lists_end(index: faiss.Index) -> int:
     ``get_ids`` reads at offset + capacity * code_size)."""
     lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
     entries, width = lists.lists, lists.code_size + 8  # idx_t: int64
-    return max((entries.at(i).offset + entries.at(i).capacity * width for i in range(lists.nlist)), default=0)
+    # A size past the capacity (a damaged index file) reads ids past the capacity's end: that far, then.
+    ends = (e.offset + max(e.capacity, e.size) * width for e in (entries.at(i) for i in range(lists.nlist)))
+    return max(ends, default=0)
+
+
+def check_list_ids(index: faiss.Index, where: Path) -> None:
+    """Every id an IVF index's lists hold must name a row (0 <= id < ntotal), and the lists hold ntotal ids: ids
+    read from a damaged lists file would name documents past the corpus (IndexError at each search). Mapped lists
+    are read where they lie, after ``lists_end`` has checked that the file covers them."""
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None:
+        return
+    lists, held = ivf.invlists, 0
+    for i in range(lists.nlist):
+        size = lists.list_size(i)
+        held += size
+        if size:
+            ids = faiss.rev_swig_ptr(lists.get_ids(i), size)
+            if ids.min() < 0 or ids.max() >= index.ntotal:
+                bad = int(ids.max()) if ids.max() >= index.ntotal else int(ids.min())
+                raise DamagedIndex(f"{where}: list {i} holds id {bad:,} of a {index.ntotal:,}-vector index (damaged)")
+    if held != index.ntotal:
+        raise DamagedIndex(f"{where}: the inverted lists hold {held:,} ids, the index says {index.ntotal:,}")
+
+
+@cache
+def _factory_shape(dim: int, factory: str, metric: int) -> str:
+    """The index a factory string builds (``_shape``), with its IVF lists counted as 1 (``IVF65536`` would allocate
+    its lists): what a file of that type reads back as."""
+    return _shape(faiss.index_factory(dim, _one_list(factory), metric))
+
+
+def _shape(index: faiss.Index) -> str:
+    """The class of the index that keeps the codes, after how many transforms: what a factory string decides and a
+    file keeps. (A transform's own class is not: an OPQ matrix reads back as a LinearTransform; and a flat index's
+    by-metric class is named as the factory makes it: read_index gives IndexFlatIP for the IndexFlat that "Flat"
+    made by the inner product, whose metric is checked on its own.)"""
+    outer = faiss.downcast_index(index)  # a view: ``index`` (which may own the C++ object) stays referenced
+    transforms = outer.chain.size() if isinstance(outer, faiss.IndexPreTransform) else 0
+    core = re.sub(r"^IndexFlat(?:IP|L2)$", "IndexFlat", type(core_index(index)).__name__)
+    return f"{core} after {transforms} transform{'s' * (transforms != 1)}" if transforms else core
+
+
+def check_factory(index: faiss.Index, kind: IndexType, where: Path) -> None:
+    """The file holds the type the manifest names (a Flat file under a manifest saying IVF64,Flat is refused, not
+    served as the type it is not): the same classes, and an IVF's number of lists."""
+    try:
+        expected = _factory_shape(index.d, kind.factory, index.metric_type)
+    except RuntimeError as exc:
+        raise DamagedIndex(f"{where}: manifest's index type {kind.factory!r}: {faiss_reason(exc)}") from None
+    found, ivf = _shape(index), faiss.try_extract_index_ivf(index)
+    lists = None if ivf is None else int(ivf.nlist)
+    if found != expected or (kind.ivf_lists is not None and lists != kind.ivf_lists):
+        held = found if lists is None else f"{found} of {lists} lists"
+        raise DamagedIndex(f"{where}: the manifest says {kind.factory!r}, {INDEX_FILE} holds {held}")
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 22):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def record_files(folder: Path, names: tuple[str, ...]) -> None:
+    """Write ``FILE_RECORD``: each of ``names``' size and CRC-32, as just written."""
+    files = {name: {"bytes": (folder / name).stat().st_size, "crc32": _crc32(folder / name)} for name in names}
+    (folder / FILE_RECORD).write_text(json.dumps({"files": files}, indent=1))
+
+
+def check_files(folder: Path) -> None:
+    """Every file ``FILE_RECORD`` lists has the size and CRC-32 it was written with (before FAISS parses it). A
+    folder written before the record was kept has none, and is read as it was."""
+    record = folder / FILE_RECORD
+    if not record.exists():
+        return
+    try:
+        files = {
+            name: (int(f["bytes"]), int(f["crc32"])) for name, f in json.loads(record.read_text())["files"].items()
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DamagedIndex(f"{folder}: missing or corrupt {FILE_RECORD} ({str(exc)[:160]})") from None
+    for name, (size, crc) in files.items():
+        try:
+            found = (folder / name).stat().st_size
+            if found != size:
+                raise DamagedIndex(f"{folder}: corrupt index files ({name} is {found:,} bytes, written as {size:,})")
+            if _crc32(folder / name) != crc:
+                raise DamagedIndex(
+                    f"{folder}: corrupt index files ({name} is not the file written: its CRC-32 differs)"
+                )
+        except FileNotFoundError:
+            continue  # the reader says which file its type needs (a streamed index without its lists, ...)
+        except OSError as exc:
+            raise DamagedIndex(f"{folder}: {name} unreadable ({exc.strerror})") from None
 
 
 def sign_codes(vectors: np.ndarray) -> np.ndarray:
@@ -349,6 +455,7 @@ class BinaryCodes:
         write_faiss(faiss.write_index_binary, self.index, folder / BINARY_FILE)
         if self.floats is not None:
             np.save(folder / RESCORE_FILE, self.floats)
+        record_files(folder, (BINARY_FILE,) if self.floats is None else (BINARY_FILE, RESCORE_FILE))
 
     @property
     def params(self) -> dict[str, int | str | None]:
@@ -387,6 +494,7 @@ class OnDiskWriter:
         lists.filename = str(self.final.resolve() / IVF_DATA)
         set_search_params(self.index, self.search_params)
         write_faiss(faiss.write_index, self.index, self.folder / INDEX_FILE)
+        record_files(self.folder, (INDEX_FILE, IVF_DATA))
         return {}  # the factory string, the metric and the search parameters say it all
 
 
@@ -621,6 +729,7 @@ class FaissStore:
         """What ``write`` wrote; ``on_disk``: a streamed build's inverted lists stay on disk, opened read-only (the
         service's volume may be) from beside the index file, never from the path the build recorded (another
         index's, if the folder moved). Raises DamagedIndex for unreadable files."""
+        check_files(folder)
         try:
             if kind.binary:
                 floats = np.load(folder / RESCORE_FILE) if kind.rescore else None
@@ -644,6 +753,9 @@ class FaissStore:
         if not kind.binary and METRIC_NAME.get(codes.index.metric_type) != kind.metric:
             found = METRIC_NAME.get(codes.index.metric_type, codes.index.metric_type)
             raise DamagedIndex(f"{folder}: an index by {found}, the manifest says {kind.metric}")
+        if not kind.binary:
+            check_factory(codes.index, kind, folder)
+            check_list_ids(codes.index, folder / (IVF_DATA if on_disk else INDEX_FILE))
         try:
             set_search_params(codes.index, search_params)
         except InputError as exc:

@@ -234,9 +234,12 @@ class LanceCodes:
         lancedb = lancedb_module()
         dataset = folder / f"{TABLE}.lance"
         try:
-            recorded = json.loads((folder / FILES).read_text())["files"]
+            written = json.loads((folder / FILES).read_text())
+            recorded, written_type = written["files"], written["type"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DamagedIndex(f"{folder}: missing or corrupt {FILES} ({_first_line(exc)})") from None
+        if written_type != name:
+            raise DamagedIndex(f"{folder}: the manifest says {PREFIX}{name}, the table was written as {written_type}")
         found = _dataset_files(dataset) if dataset.is_dir() else {}
         for path, size in recorded.items():
             if found.get(path) != size:
@@ -384,7 +387,10 @@ def _user_code_bytes(kind: str, compression: dict, dim: int) -> float:
 def _user_search(tbl: object, column: str, metric: str, row_of: dict[int, int]) -> Callable:
     def search(queries: np.ndarray, k: int) -> np.ndarray:
         query = tbl.search(list(np.asarray(queries, dtype=np.float32)), vector_column_name=column)
-        found = query.distance_type(metric).limit(k).with_row_id(True).to_arrow()
+        try:
+            found = query.distance_type(metric).limit(k).with_row_id(True).to_arrow()
+        except (RuntimeError, ValueError, OSError) as exc:  # an index file damaged: read only when searched
+            raise InputError(f"--index: LanceDB cannot search table {tbl.name!r} ({_first_line(exc)})") from None
         ids = found["_rowid"].to_numpy()
         rows = np.full((len(queries), k), -1, dtype=np.int64)
         for q, mine in enumerate(_per_query(found, len(queries), k, found["_distance"].to_numpy())):
@@ -395,7 +401,15 @@ def _user_search(tbl: object, column: str, metric: str, row_of: dict[int, int]) 
 
 
 def open_user(path: Path, table: str | None) -> UserIndex:
-    """A Lance table as LanceDB opens it: its vectors (in row order), its first index (type, metric, codes)."""
+    """A Lance table as LanceDB opens it: its vectors (in row order), its first index (type, metric, codes). A file
+    of it LanceDB cannot read (truncated, zeroed, overwritten: its RuntimeError or ValueError) is one line."""
+    try:
+        return _open_user(path, table)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise InputError(f"--index {path}: LanceDB cannot read it ({_first_line(exc)})") from None
+
+
+def _open_user(path: Path, table: str | None) -> UserIndex:
     tbl, table = _user_table(path, table)
     indices = tbl.list_indices()
     vector_fields = [f.name for f in tbl.schema if _VECTOR_FIELD.match(str(f.type))]
@@ -464,6 +478,24 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
     return made
 
 
+# What a build records in index_params: each a count > 0 where present (refine_factor may be null: not applied).
+RECORDED_COUNTS = ("num_partitions", "num_sub_vectors", "num_bits", "m", "ef_construction", "nprobes", "ef")
+
+
+def check_params(folder: Path, name: str, params: dict) -> None:
+    """The manifest's index_params by the rules a build follows (``build_params``): the search settings the type
+    takes, and every count a whole number > 0. LanceDB itself fails each search on one it cannot take (nprobes
+    -5: an OverflowError), so a manifest edited so is refused at load."""
+    for setting in ("nprobes", "ef", "refine_factor"):
+        if params.get(setting) is not None and setting not in SEARCH_SETTINGS[name]:
+            raise DamagedIndex(f"{folder}: manifest's index_params set {setting}, which lance:{name} does not take")
+    for key in (*RECORDED_COUNTS, "refine_factor"):
+        value = params.get(key)
+        unset = value is None and key == "refine_factor"
+        if key in params and not unset and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise DamagedIndex(f"{folder}: manifest's index_params {key} is {value!r}, not a whole number > 0")
+
+
 class LanceStore:
     """LanceDB (cone.indexing.codes.Store): ``lance:TYPE``, under ``dot``, ``l2`` (its default) or ``cosine``."""
 
@@ -505,6 +537,7 @@ class LanceStore:
     ) -> LanceCodes:
         if params.get("metric", kind.metric) != kind.metric:
             raise DamagedIndex(f"{folder}: index_params say {params['metric']}, the manifest's metric {kind.metric}")
+        check_params(folder, type_of(kind.factory), params)
         return LanceCodes.read(folder, kind.factory, dim, params | {"metric": kind.metric})
 
 
@@ -515,5 +548,6 @@ def pyarrow_module() -> ModuleType:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The library's message, its first line, without the Rust source location Lance appends (", /rustc/...")."""
     text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:200]
+    return re.sub(r",? /rustc/\S+", "", text[0] if text else type(exc).__name__)[:200]

@@ -38,6 +38,27 @@ def build_bm25(dataset: RetrievalDataset, out: Path, progress: bool = True) -> P
     return out
 
 
+def check_arrays(folder: Path, retriever: bm25s.BM25) -> None:
+    """bm25s's sparse matrix (a column of (document, score) pairs per term) read as bm25s searches it: every document
+    number inside the corpus, every column's bounds inside the arrays, every score finite. A damaged array file
+    whose header survived loads; a search would then read past the corpus (IndexError) or score garbage."""
+    scores = retriever.scores
+    data, indices, indptr = (np.asarray(scores.get(name)) for name in ("data", "indices", "indptr"))
+    n_docs, terms = int(scores.get("num_docs") or 0), max(retriever.vocab_dict.values(), default=0)
+    if not (data.ndim == indices.ndim == indptr.ndim == 1) or len(data) != len(indices) or len(indptr) <= terms:
+        raise DamagedIndex(
+            f"{folder}: BM25 arrays of {len(data)} scores, {len(indices)} documents and {len(indptr)} "
+            f"column bounds for {terms + 1} terms do not fit together (damaged)"
+        )
+    if len(indptr) and (indptr[0] != 0 or indptr[-1] != len(indices) or np.any(np.diff(indptr) < 0)):
+        raise DamagedIndex(f"{folder}: BM25 column bounds (indptr) are not 0 to {len(indices)} in order (damaged)")
+    if len(indices) and (indices.min() < 0 or indices.max() >= n_docs):
+        bad = int(indices.min()) if indices.min() < 0 else int(indices.max())
+        raise DamagedIndex(f"{folder}: BM25 indices name document {bad:,} of a {n_docs:,}-document index (damaged)")
+    if not np.all(np.isfinite(data)):
+        raise DamagedIndex(f"{folder}: BM25 scores hold values that are not finite (damaged)")
+
+
 class BM25Index:
     def __init__(self, folder: Path, manifest: BM25Manifest | None = None) -> None:
         self.folder = Path(folder)
@@ -53,6 +74,7 @@ class BM25Index:
                 f"{self.folder}: BM25 index holds {self.retriever.scores.get('num_docs')} documents, "
                 f"manifest says {self.manifest.n_docs}"
             )
+        check_arrays(self.folder / BM25_FOLDER, self.retriever)
         self.docs = store.read_docs(self.folder, self.manifest.n_docs)
 
     def search(self, queries: Queries, k: int, progress: bool = False) -> SearchResult:

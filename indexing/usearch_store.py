@@ -245,6 +245,32 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
     return made
 
 
+def check_params(folder: Path, kind: IndexType, params: dict) -> None:
+    """The manifest's index_params agree with its type (``usearch:CODEC`` and its metric) and every recorded HNSW
+    setting is a whole number > 0: a manifest whose codec is ``nope`` is refused, not served from a file of
+    another codec."""
+    exact, codec = _parts(kind.factory)
+    expected = {"codec": codec, "metric": USEARCH_METRIC[kind.metric], "bits_per_dim": BITS[codec]}
+    for key, value in expected.items():
+        if key in params and params[key] != value:
+            raise DamagedIndex(
+                f"{folder}: manifest's index_params {key} is {params[key]!r}, {kind.factory} has {value!r}"
+            )
+    for key in ("connectivity", "expansion_add", "expansion_search"):
+        value = params.get(key)
+        if key in params and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise DamagedIndex(f"{folder}: manifest's index_params {key} is {value!r}, not a whole number > 0")
+
+
+def check_file(folder: Path, kind: IndexType, index: object) -> None:
+    """The file's own codec and metric are the manifest's type's (``usearch:f16`` is refused over an f32 file)."""
+    _, codec = _parts(kind.factory)
+    found = {"codec": index.dtype.name.lower(), "metric": index.metric_kind.name.lower()}
+    for key, expected in (("codec", codec), ("metric", USEARCH_METRIC[kind.metric])):
+        if found[key] != expected:
+            raise DamagedIndex(f"{folder}: the manifest says {key} {expected}, {INDEX_FILE} holds {found[key]}")
+
+
 class UsearchStore:
     """USearch (cone.indexing.codes.Store): ``usearch:CODEC`` (HNSW) and ``usearch:exact:CODEC``."""
 
@@ -316,6 +342,7 @@ class UsearchStore:
     def read(
         self, folder: Path, kind: IndexType, dim: int, search_params: str, on_disk: bool, params: dict
     ) -> UsearchCodes:
+        check_params(folder, kind, params)
         module = usearch_index()
         path = folder / INDEX_FILE
         try:
@@ -338,6 +365,7 @@ class UsearchStore:
             raise DamagedIndex(f"{folder}: corrupt {INDEX_FILE} ({str(exc).splitlines()[0][:160]})") from None
         if index is None or int(index.ndim) != (8 * -(-dim // 8) if kind.binary else dim):
             raise DamagedIndex(f"{folder}: {INDEX_FILE} is not a {dim}-dim USearch index")
+        check_file(folder, kind, index)
         if "expansion_search" in params:
             index.expansion_search = int(params["expansion_search"])
         codes = UsearchCodes(index, kind, dict(params))

@@ -20,7 +20,7 @@ from pydantic import StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cone import __version__
-from cone.errors import DamagedIndex, InputError, StoreUnavailable
+from cone.errors import InputError, StoreUnavailable
 from cone.indexing.postprocess import is_synthetic
 from cone.indexing.spec import LEXICAL, recorded_type
 from cone.service.batching import DEFAULT_BATCHING, BatchSettings
@@ -28,7 +28,7 @@ from cone.service.limits import BodyLimit, json_response, one_line, short, valid
 from cone.service.middleware import HeadAsGet, SecurityHeaders, Utf8Query
 from cone.service.plots import histogram_png
 from cone.service.progress import FAILED, BuildProgress, ModelProgress
-from cone.service.registry import Entry, FolderGone, Registry
+from cone.service.registry import Entry, FolderGone, IndexFailed, Registry
 from cone.service.schemas import (
     MAX_BODY_BYTES,
     MAX_MODEL_CHARS,
@@ -166,8 +166,8 @@ def info(entry: Entry, build: ModelProgress | None = None) -> ModelInfo:
 def search_entry(entry: Entry, q: str, k: int) -> SearchResponse:
     try:
         hits, spread = entry.search(q, k)
-    except DamagedIndex:  # the entry marked itself unavailable, with the reason: the other indexes serve on
-        raise HTTPException(409, f"model {entry.name!r} is unavailable: {entry.reason}") from None
+    except IndexFailed as exc:  # the entry marked itself unavailable, with the reason: the other indexes serve on
+        raise HTTPException(409, str(exc)) from None
     except StoreUnavailable as exc:  # its server is unreachable now: this index alone, and the next search tries again
         raise HTTPException(503, f"model {entry.name!r} is unavailable for now: {exc}") from None
     return SearchResponse(

@@ -18,12 +18,13 @@ refusal, and idle holders are drained as it nears:
   an idle client straight back to reconnect, ahead of a health check arriving once; the queue is first come, first
   served. (Go's ``netutil.LimitListener`` blocks ``Accept`` the same way; nginx stops accepting when its
   ``worker_connections`` run short.)
-- Past three quarters of the cap (``pressure``), a connection with no request begun (just accepted, or idle
-  between requests) has ``PRESSURE_IDLE`` seconds, not ``request_timeout``, to send its first byte, and the idle
-  ones already held are put on that deadline at once (those idle longer are closed: 408). A client that sends its
+- Past three quarters of the cap (``pressure``), a connection with no request begun has ``PRESSURE_IDLE`` seconds
+  (idle between requests) or ``PRESSURE_FIRST_BYTE`` (just accepted: nothing sent yet), not ``request_timeout``, to
+  send its first byte, and the idle ones already held are put on that deadline at once (those idle longer are
+  closed: 408). A client that sends its
   request keeps the whole ``request_timeout`` for it, from when it went idle. (nginx likewise closes its idle
-  keep-alive connections when it runs out of connections.) So the queue moves at least every ``PRESSURE_IDLE``
-  seconds, and a request waits at most about that long behind idle holders.
+  keep-alive connections when it runs out of connections.) So the queue moves a cap's worth of idle holders every
+  ``PRESSURE_FIRST_BYTE`` seconds, and a request waits about that long per cap of holders ahead of it.
 - No bound per peer address: behind a proxy or a NAT every client is one peer, and a loopback attacker is the
   health check's own address; the deadlines above bound what any peer holds.
 """
@@ -40,6 +41,10 @@ REQUEST_TIMEOUT_ENV = "CONE_REQUEST_TIMEOUT"
 MAX_CONNECTIONS_ENV = "CONE_MAX_CONNECTIONS"
 DEFAULT_REQUEST_TIMEOUT = 10.0  # seconds to send a whole request; a slow client over a bad link still makes it
 PRESSURE_IDLE = 1.0  # seconds an idle connection has to begin a request once the connections pass PRESSURE_SHARE
+# ... and a connection that has sent nothing since it was accepted: a client sends its request with the handshake (one
+# that waited in the listen queue has it there already), so only a holder of a socket waits longer than this. 1 s
+# here moved a queue of 136 idle reconnecting sockets past a cap of 64 one cap a second: 2-4 s for a health check.
+PRESSURE_FIRST_BYTE = 0.2
 PRESSURE_SHARE = 0.75  # of the cap
 
 
@@ -100,6 +105,7 @@ class GuardedH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._idle_since: float | None = None  # when it last had no request begun; None while one is coming in
         self._short = False  # its deadline is the short one of pressure
+        self._fresh = True  # nothing received since it was accepted
         self._gate = AcceptGate(getattr(transport, "_server", None), self.loop)  # asyncio's transports keep it
         held = len(self.connections)
         if held >= self.max_connections:
@@ -119,7 +125,7 @@ class GuardedH11Protocol(H11Protocol):
         return len(self.connections) > PRESSURE_SHARE * self.max_connections
 
     def _idle_limit(self) -> float:
-        return min(PRESSURE_IDLE, self.request_timeout)
+        return min(PRESSURE_FIRST_BYTE if self._fresh else PRESSURE_IDLE, self.request_timeout)
 
     def _go_idle(self) -> None:
         """No request begun: its deadline runs from now, short under pressure."""
@@ -144,6 +150,7 @@ class GuardedH11Protocol(H11Protocol):
             self._deadline = None
 
     def data_received(self, data: bytes) -> None:
+        self._fresh = self._fresh and not data
         if data and self._idle_since is not None:  # a request begins: the whole of it is due by the long deadline
             since, self._idle_since = self._idle_since, None
             if self._short:

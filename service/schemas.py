@@ -47,10 +47,11 @@ class SearchRequest(SearchQuery):
     @field_validator("k", mode="before")  # a query string's k is text by nature: SearchQuery's stays as it is
     @classmethod
     def json_integer(cls, value: object) -> object:
-        """In a JSON body, k is what the schema says, a JSON integer (2.0 is one, as JSON Schema counts): lax
-        validation would also take true as 1 and "3" as 3."""
-        if isinstance(value, bool | str):
-            raise ValueError(f"k must be a JSON integer, not a {'boolean' if isinstance(value, bool) else 'string'}")
+        """In a JSON body, k is what the README and the schema say, an integer written as one: lax validation would
+        also take true as 1, "3" as 3 and 3.0 or 1e1 (JSON numbers with a fraction or an exponent) as 3 and 10."""
+        if isinstance(value, bool | str | float):
+            kind = {bool: "boolean", str: "string", float: "number with a fraction or an exponent"}[type(value)]
+            raise ValueError(f"k must be a JSON integer, not a {kind}")
         return value
 
 

@@ -1,9 +1,11 @@
-"""Test helpers (also used by the benchmarks that serve): a free loopback port, waiting for /readyz, stopping."""
+"""Test helpers (also used by the benchmarks that serve): a free loopback port, waiting for /readyz, stopping, an
+idle client."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -35,3 +37,19 @@ def stop(server: subprocess.Popen, grace: float = 30) -> None:
         server.wait(grace)
     except subprocess.TimeoutExpired:
         server.kill()
+
+
+def hold_idle(port: int, stop: threading.Event, opened: list[int]) -> None:
+    """One idle client: connect, send nothing, and connect again as soon as the server closes it (its 408)."""
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                opened.append(1)
+                while not stop.is_set():
+                    try:
+                        if not conn.recv(4096):  # closed by the server
+                            break
+                    except TimeoutError:
+                        continue
+        except OSError:
+            time.sleep(0.01)

@@ -31,10 +31,17 @@ def test_api_conforms_to_its_schema(api_schema):
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert {op.path for op in operations} >= {"/search", "/compare", "/models", "/histogram", "/geometry"}
     for operation in operations:
+        # JSON Schema counts 19.0 an integer; the service refuses a k written with a fraction or an exponent (issue
+        # 48: the README says k is an integer; tests/test_service_faults.py holds the 422), so such cases are left out.
+        cases = operation.as_strategy().filter(lambda case: not _float_k(case.body))
 
-        @given(case=operation.as_strategy())
+        @given(case=cases)
         @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def check(case):
             case.call_and_validate()
 
         check()
+
+
+def _float_k(body: object) -> bool:
+    return isinstance(body, dict) and isinstance(body.get("k"), float)

@@ -435,3 +435,105 @@ def test_any_faiss_structure_is_read_and_repaired_in_a_file_plain_faiss_loads(fa
     assert report["fixed"]["recall_at_10"] >= report["recall_at_10"]
     assert report["fixed"]["code_bytes_per_vector"] == report["index"]["code_bytes_per_vector"]
     assert faiss.read_index(str(out)).ntotal == len(x)
+
+
+# --- issue 48, item 4: the doctor's edges ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--vectors", "nan.npy", "--out", "a/b/c"],
+        ["--index", "missing.faiss", "--out", "a/b/c"],
+        ["--index", "missing.faiss", "--fix", "a/b/c.faiss"],
+        ["--index", "nan.npy", "--out", "a/b", "--fix", "a/c/d.faiss"],
+    ],
+    ids=["vectors-out", "index-out", "index-fix", "index-out-and-fix"],
+)
+def test_a_refused_input_leaves_no_folder_made_for_the_output(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "nan.npy", np.full((100, 8), np.nan, dtype=np.float32))
+    assert main(["doctor", *argv, "--no-progress"]) == 2
+    assert "\n" not in capsys.readouterr().err.strip()
+    assert not (tmp_path / "a").exists(), sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "a").rglob("*"))
+
+
+def test_a_fix_that_cannot_be_written_is_refused_naming_fix(user_indexes, capsys, monkeypatch):
+    monkeypatch.chdir(user_indexes[0])
+    argv = ["doctor", "--index", "coned.faiss", "--vectors", "coned.npy", "--fix", "coned.npy/fixed.faiss"]
+    assert main([*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--fix coned.npy/fixed.faiss: cannot write there (Not a directory)" in err and "--out" not in err, err
+
+
+def _figures(result: doctor.Checkup) -> list[tuple]:
+    trials = [(t.factory, t.repair, t.recall_at_10, t.bytes_per_vector) for t in result.trials]
+    return trials + [(r.repair, r.agreement) for r in result.repairs]
+
+
+@pytest.mark.parametrize("scale", [2.0**100, 2.0**-100])
+def test_vectors_at_any_finite_scale_give_the_figures_of_the_same_vectors_at_unit_scale(scale):
+    docs, queries, _ = clustered()
+    docs, queries = offset_cone(docs), offset_cone(queries)
+    types = {t: TYPES[t] for t in ("Flat", "SQ8", "BIN")}
+    unit = doctor.checkup(doctor.Sample(docs, queries, "cluster centers"), target=0.9, types=types)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an overflow in a repair's fit is a failure, not a warning
+        scaled = doctor.checkup(
+            doctor.Sample(docs * np.float32(scale), queries * np.float32(scale), "cluster centers"), 0.9, types
+        )
+    assert _figures(scaled) == _figures(unit)
+    assert scaled.prescription == unit.prescription
+
+
+def test_vectors_of_magnitude_1e30_are_measured_without_overflow(tmp_path, capsys):
+    docs, queries, _ = clustered()
+    x = np.concatenate([docs, queries])
+    np.save(tmp_path / "unit.npy", x)
+    np.save(tmp_path / "huge.npy", (x.astype(np.float64) * 1e30).astype(np.float32))
+    found = {}
+    for name in ("unit", "huge"):
+        argv = ["doctor", "--vectors", str(tmp_path / f"{name}.npy"), "--types", "Flat,SQ8", "--json"]
+        assert main([*argv, "--no-progress"]) == 0
+        out, err = capsys.readouterr()
+        assert "overflow" not in err, err
+        found[name] = {r["repair"]: r["agreement"] for r in json.loads(out)["repairs"]}
+    for repair in ("whiten", "standardize"):
+        assert found["huge"][repair] == pytest.approx(found["unit"][repair], abs=0.02), (repair, found)
+
+
+@pytest.mark.parametrize("how", ["truncated", "zeroed", "overwritten"])
+def test_a_lance_dataset_with_a_damaged_fragment_is_one_line_and_exit_2(how, tmp_path, capsys):
+    import pyarrow as pa
+
+    from cone.indexing.lance import lancedb_module
+
+    rows = np.random.default_rng(0).standard_normal((300, 16)).astype(np.float32)
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), 16)
+    lancedb_module().connect(tmp_path).create_table("docs", pa.table({"vector": vectors}))
+    fragment = next((tmp_path / "docs.lance" / "data").glob("*.lance"))
+    size = fragment.stat().st_size
+    if how == "truncated":
+        os.truncate(fragment, size // 2)
+    else:
+        fragment.write_bytes(bytes(size) if how == "zeroed" else np.random.default_rng(1).bytes(size))
+    assert main(["doctor", "--index", str(tmp_path / "docs.lance"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--index {tmp_path / 'docs.lance'}: LanceDB cannot read it" in err and "\n" not in err, err
+    assert "/rustc/" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("scale", "said"), [(1e30, "length 1e+30, whose float32 products overflow"), (1e-30, "vanish")]
+)
+def test_an_index_of_vectors_at_a_scale_no_float32_product_holds_is_refused_naming_it(scale, said, tmp_path, capsys):
+    import faiss
+
+    docs, _, _ = clustered()
+    vectors = (docs / np.linalg.norm(docs, axis=1, keepdims=True)).astype(np.float64) * scale
+    index = faiss.IndexFlatIP(DIM)
+    index.add(vectors.astype(np.float32))
+    faiss.write_index(index, str(tmp_path / "scaled.faiss"))
+    assert main(["doctor", "--index", str(tmp_path / "scaled.faiss"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and "\n" not in err, err

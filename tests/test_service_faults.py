@@ -27,12 +27,13 @@ from fastapi.testclient import TestClient
 
 from cone.encoders.registry import load_encoder
 from cone.indexing.factory import IVF_DATA
+from cone.indexing.faiss_store import FILE_RECORD
 from cone.indexing.spec import parse_index_type
 from cone.indexing.streaming import StreamOptions, build_dense_streaming
 from cone.service.app import ADMIN_KEY_ENV, create_app
 from cone.service.registry import FolderGone, Registry
 
-from local_service import free_port, wait_ready
+from local_service import free_port, hold_idle, wait_ready
 from tiny import build_tiny_indexes
 
 INDEX_FILES = ("manifest.json", "index.faiss", "postprocess.npz", "docs.jsonl", "docs.offsets")
@@ -291,7 +292,7 @@ def test_every_answer_carries_the_security_headers(client):
     assert "'unsafe-inline'" not in page and "script-src 'sha256-" in page and "style-src 'sha256-" in page
 
 
-@pytest.mark.parametrize("k", ["5" * 5000, "true", '"3"'])
+@pytest.mark.parametrize("k", ["5" * 5000, "true", '"3"', "3.0", "1e1", "-0.0"])
 def test_k_in_a_body_is_a_bounded_json_integer(client, k):
     body = '{"model": "baseline", "q": "cell", "k": ' + k + "}"
     response = client.post("/search", content=body, headers={"content-type": "application/json"})
@@ -368,6 +369,8 @@ def test_a_streamed_index_truncated_before_start_or_reload_is_unavailable_not_a_
     root = tmp_path / "R"
     shutil.copytree(ivf16, root / ivf16.name)
     shutil.copytree(ivf16, root / "reloaded")
+    for name in (ivf16.name, "reloaded"):  # as written before sizes were recorded: the lists' own bounds tell
+        (root / name / FILE_RECORD).unlink()
     halve(root / ivf16.name / IVF_DATA)
     monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
     proc, url, _ = start_server(root, tiny_checkpoints)
@@ -521,45 +524,39 @@ def test_a_reload_request_that_gives_up_does_not_cancel_the_reload_others_joined
 # --- issue 40, item 3: idle sockets reopened as they close must not lock clients out --------------------------------
 
 
-def _hold_idle(port: int, stop: threading.Event, opened: list[int]) -> None:
-    """One idle client: connect, send nothing, and connect again as soon as the server closes it."""
-    while not stop.is_set():
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-                opened.append(1)
-                while not stop.is_set():
-                    try:
-                        if not conn.recv(4096):  # closed by the server (after its 408 or 503)
-                            break
-                    except TimeoutError:
-                        continue
-        except OSError:
-            time.sleep(0.01)
-
-
 @pytest.mark.slow
-def test_40_reopened_idle_sockets_under_128_descriptors_leave_health_checks_and_requests_answered(
-    built, tiny_checkpoints, tmp_path
+@pytest.mark.parametrize(("sockets", "nofile"), [(40, 128), (200, 256)])
+def test_reopened_idle_sockets_under_a_descriptor_limit_leave_health_checks_and_requests_answered(
+    built, tiny_checkpoints, tmp_path, sockets, nofile
 ):
+    """The cap is a quarter of the limit: 32 connections under 128, 64 under 256. Issue 48, item 3: with 200
+    sockets, ~136 idle ones wait in the listen queue ahead of a health check; each one accepted had a second to send
+    its first byte, so the queue moved one cap a second (2-4 s)."""
     root = tmp_path / "indexes"
     shutil.copytree(built / "bm25", root / "bm25")
-    proc, url, port = start_server(root, tiny_checkpoints, nofile=128)  # the cap: 128 // 4 = 32 connections
+    proc, url, port = start_server(root, tiny_checkpoints, nofile=nofile)
     stop, opened = threading.Event(), []
-    holders = [threading.Thread(target=_hold_idle, args=(port, stop, opened), daemon=True) for _ in range(40)]
+    holders = [threading.Thread(target=hold_idle, args=(port, stop, opened), daemon=True) for _ in range(sockets)]
     try:
         for holder in holders:
             holder.start()
-        time.sleep(2.0)  # every slot taken, and the idle ones reopened as they are closed
-        assert len(opened) >= 40
-        for _ in range(4):
+        deadline = time.monotonic() + 30
+        while len(opened) < 2 * sockets and time.monotonic() < deadline:  # every holder connected, and reconnected
+            time.sleep(0.1)
+        assert len(opened) >= 2 * sockets
+        worst: dict[str, float] = {}
+        for _ in range(6):
             for path in ("/healthz", "/search?model=bm25&q=cell+protein"):
                 started = time.monotonic()
                 try:
-                    status = get(url + path, timeout=2)[0]
-                except OSError as exc:  # no answer within the 2 s
+                    status = get(url + path, timeout=5)[0]
+                except OSError as exc:  # no answer within the 5 s
                     status = repr(exc)
-                assert status == 200 and time.monotonic() - started < 2, (path, status, time.monotonic() - started)
+                took = time.monotonic() - started
+                worst[path] = max(worst.get(path, 0.0), took)
+                assert status == 200, (path, status, took)
             time.sleep(0.5)
+        assert max(worst.values()) < 1.5, worst  # a bound of liveness on a shared 2-core machine, not a speed
         assert proc.poll() is None
     finally:
         stop.set()
@@ -601,6 +598,29 @@ def test_an_index_opened_again_shares_the_encoder_of_its_model_s_kept_indexes(bu
     after = registry.reload()
     assert after["a"] is before["a"] and after["b"] is not before["b"] and after["b"].available
     assert after["b"].index.encoder is after["a"].index.encoder and after["b"].lock is after["a"].lock
+
+
+def test_an_index_rebuilt_alone_of_its_model_keeps_its_encoder_until_the_weights_change(
+    built, tiny_checkpoints, tmp_path, monkeypatch
+):
+    """Issue 48, item 2: every reload of a reload storm with the index's manifest touched loaded its model again
+    (0.83 s of a 0.85 s reload, beside the searches). The index is opened again; its encoder is the one serving."""
+    import cone.encoders.registry as encoders
+
+    root = tmp_path / "indexes"
+    shutil.copytree(built / "baseline", root / "baseline")
+    registry = Registry(root, tiny_checkpoints)
+    before = registry.reload()["baseline"]
+    loads: list[str] = []
+    real = encoders.load_encoder
+    monkeypatch.setattr(encoders, "load_encoder", lambda name, *a, **k: loads.append(name) or real(name, *a, **k))
+    os.utime(root / "baseline" / "manifest.json")  # rebuilt (as far as a reload can tell): opened again
+    after = registry.reload()["baseline"]
+    assert after is not before and after.available and loads == []
+    assert after.index.encoder is before.index.encoder and after.lock is before.lock
+    os.utime(tiny_checkpoints / "baseline" / "config.json")  # the weights rewritten: loaded again
+    again = registry.reload()["baseline"]
+    assert loads == ["baseline"] and again.index.encoder is not before.index.encoder
 
 
 def test_the_service_runs_on_asyncio_s_loop_where_the_accept_gate_can_pause(tmp_path, monkeypatch):
