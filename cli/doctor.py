@@ -61,17 +61,22 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--index",
-        type=Path,
         help="the index you already have, measured as it is: a FAISS index file (IndexPreTransform chains and binary "
-        "indexes too), a Lance dataset folder or a LanceDB folder (with --table), or a USearch .usearch file",
+        "indexes too), a Lance dataset folder or a LanceDB folder (with --table), a USearch .usearch file, or a "
+        "pgvector table: postgresql://USER:PASSWORD@HOST/DB?table=T&column=C (&index=NAME where the column has "
+        "several; for the binary recipe &rescore=R, default 40, and &metric= of its re-rank, default cosine), read "
+        "in a read-only session (the password is never printed)",
     )
     p.add_argument("--table", help="with --index on a LanceDB folder: the table (default: its only one)")
     p.add_argument(
         "--fix",
-        type=Path,
+        nargs="?",
+        const="",
         metavar="OUT",
         help="with --index: write the prescribed repair there (a FAISS file, a Lance dataset folder NAME.lance, a "
-        ".usearch file) and measure it as read back",
+        ".usearch file) and measure it as read back; on a pgvector table, create the prescribed index beside yours "
+        "(CREATE INDEX CONCURRENTLY, named OUT or TABLE_REPAIR_cone; nothing dropped or altered) and measure it as "
+        "built",
     )
     p.add_argument(
         "--corpus",
@@ -334,10 +339,14 @@ def run_index_doctor(args: argparse.Namespace) -> int:
     doctor.check_target(args.target)
     if args.out is not None:
         check_writable(args.out)
-    if args.fix is not None:
-        if args.fix.exists():
-            raise InputError(f"--fix {args.fix}: already exists; name a new file or folder")
-        check_writable(args.fix.parent)
+    fix = args.fix
+    if fix is not None and "://" not in args.index:  # a file or folder to write (a server's repair is made there)
+        if not fix:
+            raise InputError("--fix OUT: name the file or folder to write the repair to")
+        fix = Path(fix)
+        if fix.exists():
+            raise InputError(f"--fix {fix}: already exists; name a new file or folder")
+        check_writable(fix.parent)
     found = open_user_index(args.index, args.table)
     given = None if args.vectors is None else doctor.check_vectors(load_matrix(args.vectors), str(args.vectors))
     vectors = index_doctor.index_vectors(found, given)
@@ -348,7 +357,7 @@ def run_index_doctor(args: argparse.Namespace) -> int:
         queries_from = f"{len(queries):,} of the indexed vectors (seed {args.seed}), each also a document"
     with warnings.catch_warnings(record=True) as caught, native_stderr_collected() as native:
         warnings.simplefilter("always")
-        result = index_doctor.checkup_index(found, vectors, queries, queries_from, args.target, args.fix)
+        result = index_doctor.checkup_index(found, vectors, queries, queries_from, args.target, fix)
     summary = summarized_warnings(caught, native)
     if summary is not None:
         print(summary, file=sys.stderr)
