@@ -41,6 +41,7 @@ from cone.indexing.pgvector_store import (
     OPERATOR,
     OPS,
     Server,
+    _embedded_uri,
     _redacted,
     copy_rows,
     parse_copied,
@@ -200,6 +201,7 @@ class UserTable:
     options: dict[str, str]  # its build options (m, ef_construction; lists)
     settings: dict[str, str]  # the server's search settings, applied alike to every repair measured
     metric: str  # the float metric the index approximates
+    scratch: Any = None  # the embedded server's session holding the copy the repairs are built on (made once)
 
 
 def _column(conn: Any, oid: int, location: Location) -> tuple[str, str, int, int]:
@@ -265,6 +267,9 @@ def open_user_table(text: str, table_option: str | None) -> UserIndex:
     """The user's table and the index its queries use, read in a read-only session."""
     location = parse_location(text, table_option)
     server = Server(_redacted(location.dsn), dsn=location.dsn)
+    host = str(psycopg_module().conninfo.conninfo_to_dict(location.dsn).get("host") or "")
+    if host and (Path(host) / "PG_VERSION").is_file():  # the embedded server's data folder: started as cone does
+        _embedded_uri(Path(host))
     conn = server.connect(read_only=True)
     if run(conn, "SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
         raise InputError(
@@ -347,7 +352,8 @@ def _read_vectors(table: UserTable) -> np.ndarray:
     with conn.transaction():
         run(conn, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         keys = [
-            r[0] for r in run(conn, f"SELECT ctid::text AS key FROM {name} WHERE {table.column} IS NOT NULL ORDER BY ctid")
+            r[0]
+            for r in run(conn, f"SELECT ctid::text AS key FROM {name} WHERE {table.column} IS NOT NULL ORDER BY ctid")
         ]
         statement = (
             f"COPY (SELECT {table.column}::vector FROM {name} WHERE {table.column} IS NOT NULL ORDER BY ctid) "
@@ -461,7 +467,6 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
     table: UserTable = index.handle  # type: ignore[assignment]
     if table.index is None:
         return []  # a sequential scan is exact: nothing to repair
-    scratch: list[Any] = []  # the copy, made at the first repair built
     options = _build_options(table)
     user_table = ident(table.location.table)
 
@@ -469,15 +474,15 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
         name = f"cone_doctor_{repair.slug}"
 
         def write(path: Path) -> None:
-            if not scratch:
-                scratch.append(_scratch(vectors))
-            run(scratch[0], repair.create(SCRATCH, "embedding", name, options, concurrently=False))
+            if table.scratch is None:
+                table.scratch = _scratch(vectors)
+            run(table.scratch, repair.create(SCRATCH, "embedding", name, options, concurrently=False))
 
         def opened(path: Path) -> UserIndex:
             rows = {i: i for i in range(len(vectors))}
-            searcher = Searcher(scratch[0], SCRATCH, "rid", rows, repair.ordering("embedding"), table.settings)
+            searcher = Searcher(table.scratch, SCRATCH, "rid", rows, repair.ordering("embedding"), table.settings)
             searcher.check_uses(name, vectors[0])
-            return _repaired(index, repair, name, searcher, _index_bytes(scratch[0], name, len(vectors)))
+            return _repaired(index, repair, name, searcher, _index_bytes(table.scratch, name, len(vectors)))
 
         def apply(fix: object) -> tuple[str, UserIndex]:
             made = str(fix) or f"{table.location.table.rsplit('.', 1)[-1]}_{repair.slug}_cone"[:63]

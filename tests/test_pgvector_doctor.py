@@ -80,7 +80,7 @@ def test_a_users_binary_recipe_under_a_cone_is_read_only_measured_and_fixed_besi
     assert set(repairs) == {"halfvec", "binary"}
     centered = next(r for r in report["repairs"] if "centered" in r["name"])
     assert centered["recall_at_10"] > report["recall_at_10"] + 0.2 and centered["p"] < 0.05
-    assert "binary_quantize(l2_normalize(\"embedding\" - '[" in centered["how"]  # the SQL, the mean in it
+    assert 'binary_quantize(l2_normalize("embedding" - \'[' in centered["how"]  # the SQL, the mean in it
     assert 'CREATE INDEX CONCURRENTLY NAME ON "docs" USING hnsw' in centered["how"]
     prescribed = report["prescription"]
     assert prescribed is not None and prescribed["recall_at_10"] > report["recall_at_10"] and prescribed["p"] < 0.05
