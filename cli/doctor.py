@@ -65,7 +65,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "indexes too), a Lance dataset folder or a LanceDB folder (with --table), a USearch .usearch file, or a "
         "pgvector table: postgresql://USER:PASSWORD@HOST/DB?table=T&column=C (&index=NAME where the column has "
         "several; for the binary recipe &rescore=R, default 40, and &metric= of its re-rank, default cosine), read "
-        "in a read-only session (the password is never printed)",
+        "in a read-only session (the password is never printed); cone's embedded server's tables: "
+        "postgresql://postgres@/postgres?host=DATA_FOLDER&table=T (started if it is not running)",
     )
     p.add_argument("--table", help="with --index on a LanceDB folder: the table (default: its only one)")
     p.add_argument(

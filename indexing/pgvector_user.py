@@ -21,6 +21,7 @@ cosine, as pgvector's README). The DSN is never printed: only host, port, databa
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -259,6 +260,27 @@ def _ordering(table: UserTable, expression: str | None, opclass: str) -> Orderin
     return Ordering(expression or column, op, f"%s::{family}({d})", floats, f"vector({d})", op)
 
 
+def _one_dimension(conn: Any, location: Location, name: str) -> int:
+    """The dimension of a column declared without one (``vector``, not ``vector(d)``): its rows' one dimension, or
+    one line where they have several (no index can be built on it then)."""
+    dims = run(conn, f"SELECT DISTINCT vector_dims({ident(name)}) FROM {ident(location.table)} LIMIT 3").fetchall()
+    found = sorted(r[0] for r in dims if r[0] is not None)
+    if len(found) != 1:
+        said = ", ".join(str(d) for d in found) or "none"
+        raise InputError(
+            f"{location.where}: column {name} has no one dimension (its rows': {said}); an index needs one"
+        )
+    return found[0]
+
+
+def _mentions(expression: str | None, column: str) -> bool:
+    """Whether an index's expression (as pg_get_expr prints it) reads the column: its name as a whole word."""
+    return (
+        bool(expression)
+        and re.search(rf'(?<![\w"]){re.escape(column)}(?![\w"])|"{re.escape(column)}"', expression) is not None
+    )
+
+
 def _metric(opclass: str, location: Location) -> str:
     return location.metric if opclass.startswith("bit_") else METRIC_OF_OPS.get(opclass.partition("_")[2], COSINE)
 
@@ -281,14 +303,8 @@ def open_user_table(text: str, table_option: str | None) -> UserIndex:
         raise InputError(f"{location.where}: no such table")
     name, type_name, attnum, typmod = _column(conn, oid, location)
     column = ident(name)
-    dims = [r[0] for r in run(conn, f"SELECT DISTINCT vector_dims({column}) FROM {ident(location.table)} LIMIT 3")]
-    dim = typmod if typmod > 0 else (dims[0] if len(dims) == 1 else 0)
-    if len(dims) > 1 or dim == 0:
-        said = ", ".join(str(d) for d in sorted(d for d in dims if d is not None)) or "none"
-        raise InputError(
-            f"{location.where}: column {name} has no one dimension (its rows': {said}); an index needs one"
-        )
-    found = [r for r in run(conn, INDEXES, (oid,)) if r[4] == attnum or (r[4] == 0 and r[3] and name in r[3])]
+    dim = typmod if typmod > 0 else _one_dimension(conn, location, name)
+    found = [r for r in run(conn, INDEXES, (oid,)) if r[4] == attnum or (r[4] == 0 and _mentions(r[3], name))]
     if location.index is not None:
         found = [r for r in found if r[0] == location.index]
         if not found:
@@ -489,8 +505,8 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
             qualified = _beside(table.location.table, made)
             if run(table.conn, "SELECT to_regclass(%s)", (ident(qualified),)).fetchone()[0] is not None:
                 raise InputError(f"--fix {made}: {table.location.where} already has a relation of that name")
-            with table.server.connect() as writer:  # the one session that writes, and only this statement
-                run(writer, repair.create(user_table, table.column, ident(made), options, concurrently=True))
+            with table.server.connect() as writer:  # the one session that writes, and only the new index
+                _create_beside(writer, repair, user_table, table.column, made, qualified, options)
             searcher = Searcher(
                 table.conn, user_table, "ctid::text", table.rows, repair.ordering(_floats(table)), table.settings
             )
@@ -506,6 +522,20 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
         return RepairRecipe(repair.name, how, repair.code_change, write, opened, None, metric=table.metric, apply=apply)
 
     return [recipe(r) for r in pg_repairs(table, vectors)]
+
+
+def _create_beside(
+    conn: Any, repair: PgRepair, table: str, column: str, made: str, qualified: str, options: dict
+) -> None:
+    """CREATE INDEX CONCURRENTLY: the user's writes go on while it builds. One that fails (cancelled, timed out)
+    leaves an invalid index of the new name, the doctor's own, which is dropped; the user's are never touched."""
+    try:
+        run(conn, repair.create(table, column, ident(made), options, concurrently=True))
+    except InputError:
+        left = "SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND NOT indisvalid"
+        if run(conn, left, (ident(qualified),)).fetchone() is not None:
+            run(conn, f"DROP INDEX CONCURRENTLY {ident(qualified)}")
+        raise
 
 
 def _floats(table: UserTable) -> str:
