@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from cone.errors import DamagedIndex, InputError
+from cone.errors import DamagedIndex, InputError, StoreUnavailable
 from cone.indexing.codes import COSINE
 from cone.indexing.pgvector_store import (
     COPY_HEADER,
@@ -71,6 +71,8 @@ def run(conn: Any, text: str, params: Sequence[object] | None = None) -> Any:
         return conn.execute(psycopg.sql.SQL(text), params)  # type: ignore[arg-type]
     except psycopg.Error as exc:
         line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        if isinstance(exc, psycopg.OperationalError):  # the server gone, a statement timed out: transient
+            raise StoreUnavailable(f"postgres unreachable: {line}") from None
         raise InputError(f"postgres: {line}") from None
 
 
@@ -175,7 +177,8 @@ class Searcher:
                 vector = vector_text(query)
                 params = (vector, k) if exact else self.ordering.params(vector, k)
                 keys = [row[0] for row in run(self.conn, text, params)]
-                found[i, : len(keys)] = [self.rows[key] for key in keys]
+                # a row written since the vectors were read is none of the rows measured: -1, as a miss
+                found[i, : len(keys)] = [self.rows.get(key, -1) for key in keys]
         return found
 
     def search(self, queries: np.ndarray, k: int) -> np.ndarray:
