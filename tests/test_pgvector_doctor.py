@@ -6,10 +6,13 @@ the same), as tests/test_toy_store.py's doctor test."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
+import psutil
 import pytest
 from test_pgvector import connect, pg_data  # noqa: F401 -- the session's embedded server
 
@@ -166,3 +169,26 @@ def test_faults_are_one_line_each_and_never_show_the_password(pg_data, tmp_path,
         assert conn.execute("SELECT to_regclass('faulty')").fetchone()[0] is not None
     err = refused(["doctor", "--index", dsn_of(pg_data, table="faulty")], capsys)
     assert "name the column" in err and "embedding, loose" in err
+
+
+@pytest.mark.slow
+def test_the_embedded_servers_table_is_read_with_the_server_stopped_it_is_started(pg_data):  # noqa: F811
+    """A command run while cone's embedded server is stopped (a fresh process, as a user's): the DSN's host is its
+    data folder, so the doctor starts it, as the store does."""
+    with connect(pg_data) as conn:
+        coned_table(conn, "stopped", index=None)
+        conn.execute("CREATE INDEX stopped_ivf ON stopped USING ivfflat (embedding vector_ip_ops) WITH (lists = 4)")
+    server = pgserver.get_server(pg_data)
+    postmaster = psutil.Process(server.get_pid())
+    postmaster.terminate()  # Postgres's smart shutdown: the data folder stays, the socket goes
+    postmaster.wait(30)
+    try:
+        location = f"postgresql://postgres@/postgres?host={pg_data}&table=stopped"
+        argv = [sys.executable, "-m", "cone", "doctor", "--index", location, "--json", "--no-progress"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    finally:
+        server.ensure_postgres_running()  # the command stopped the server it started when it exited
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert "ivfflat (vector_ip_ops)" in report["index"]["type"] and report["index"]["metric"] == "dot"
+    assert report["index"]["params"]["lists"] == "4" and report["index"]["params"]["ivfflat.probes"] == "1"
