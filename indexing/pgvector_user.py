@@ -202,6 +202,7 @@ class UserTable:
     index: str | None  # the user's index's name
     access: str | None  # hnsw, ivfflat
     opclass: str
+    expression: str | None  # the index's, where it indexes an expression of the column
     options: dict[str, str]  # its build options (m, ef_construction; lists)
     settings: dict[str, str]  # the server's search settings, applied alike to every repair measured
     metric: str  # the float metric the index approximates
@@ -327,6 +328,7 @@ def open_user_table(text: str, table_option: str | None) -> UserIndex:
         index,
         access,
         opclass,
+        expression,
         dict(o.split("=", 1) for o in options or []),
         {},
         _metric(opclass, location),
@@ -430,19 +432,53 @@ class PgRepair:
     opclass: str
     ordering: Callable[[str], Ordering]
     code_change: str
+    metric: str  # what it approximates: the user's metric, or its opclass's where that changes
+    access: str = "hnsw"
+    options: tuple[tuple[str, str], ...] = ()  # its build options (m, ef_construction; lists)
 
-    def create(self, table: str, column: str, index: str, options: dict[str, str], concurrently: bool) -> str:
-        with_ = ", ".join(f"{k} = {int(v):d}" for k, v in options.items())
+    def create(self, table: str, column: str, index: str, concurrently: bool) -> str:
+        with_ = ", ".join(f"{k} = {int(v):d}" for k, v in self.options)
         how = "CREATE INDEX CONCURRENTLY" if concurrently else "CREATE INDEX"
-        return f"{how} {index} ON {table} USING hnsw (({self.expression(column)}) {self.opclass}) WITH ({with_})"
+        target = f"({self.expression(column)}) {self.opclass}"
+        return f"{how} {index} ON {table} USING {self.access} ({target})" + (f" WITH ({with_})" if with_ else "")
+
+
+def other_opclasses(table: UserTable) -> list[PgRepair]:
+    """The user's index (same access method and build options) under each other metric's operator class of a
+    vector column: the queries' operator changes, and with it the exact ranking where the rows are not unit length
+    (its share of today's exact top 10 is the repair's ceiling)."""
+    family, _, ops = table.opclass.partition("_")
+    if table.expression is not None or table.column_type != "vector" or family != "vector" or ops not in METRIC_OF_OPS:
+        return []
+    d, options = table.dim, tuple(table.options.items())
+    made = []
+    for metric, suffix in OPS.items():
+        op = OPERATOR[metric]
+        if suffix != ops:
+            made.append(
+                PgRepair(
+                    f"{suffix}",
+                    f"opclass vector_{suffix} ({table.access})",
+                    lambda c: c,
+                    f"vector_{suffix}",
+                    lambda c, op=op: Ordering(c, op, f"%s::vector({d})", c, f"vector({d})", op),
+                    f"queries ORDER BY embedding {op} $1",
+                    metric,
+                    str(table.access),
+                    options,
+                )
+            )
+    return made
 
 
 def pg_repairs(table: UserTable, vectors: np.ndarray) -> list[PgRepair]:
-    """halfvec (where the index is not already half precision), then the binary recipe on centered vectors."""
+    """Another operator class, halfvec (where the index is not already half precision), then the binary recipe on
+    centered vectors."""
     d, op, metric = table.dim, OPERATOR[table.metric], table.metric
     cast = f"vector({d})"
     mean = "'[" + ",".join(f"{x:.7g}" for x in vectors.mean(axis=0)) + f"]'::vector({d})"
-    repairs = []
+    options = _build_options(table)
+    repairs = other_opclasses(table)
     if table.column_type == "vector" and not table.opclass.startswith("halfvec"):
         repairs.append(
             PgRepair(
@@ -452,6 +488,8 @@ def pg_repairs(table: UserTable, vectors: np.ndarray) -> list[PgRepair]:
                 f"halfvec_{OPS[metric]}",
                 lambda c: Ordering(f"({c})::halfvec({d})", op, f"%s::halfvec({d})", c, cast, op),
                 f"queries ORDER BY embedding::halfvec({d}) {op} $1::halfvec({d})",
+                metric,
+                options=options,
             )
         )
     rescore = table.location.rescore
@@ -470,14 +508,17 @@ def pg_repairs(table: UserTable, vectors: np.ndarray) -> list[PgRepair]:
             ),
             f"each query centered the same way: binary_quantize(l2_normalize($1 - mean)) (mean: the {d} numbers in "
             "the index's expression)",
+            metric,
+            options=options,
         )
     )
     return repairs
 
 
-def _build_options(table: UserTable) -> dict[str, str]:
+def _build_options(table: UserTable) -> tuple[tuple[str, str], ...]:
+    """An HNSW repair's build options: the user's HNSW's, else pgvector's defaults."""
     mine = {k: v for k, v in table.options.items() if k in HNSW_BUILD} if table.access == "hnsw" else {}
-    return {k: str(v) for k, v in HNSW_BUILD.items()} | mine
+    return tuple(({k: str(v) for k, v in HNSW_BUILD.items()} | mine).items())
 
 
 def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
@@ -486,7 +527,6 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
     table: UserTable = index.handle  # type: ignore[assignment]
     if table.index is None:
         return []  # a sequential scan is exact: nothing to repair
-    options = _build_options(table)
     user_table = ident(table.location.table)
 
     def recipe(repair: PgRepair) -> RepairRecipe:
@@ -495,7 +535,7 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
         def write(path: Path) -> None:
             if table.scratch is None:
                 table.scratch = _scratch(vectors)
-            run(table.scratch, repair.create(SCRATCH, "embedding", name, options, concurrently=False))
+            run(table.scratch, repair.create(SCRATCH, "embedding", name, concurrently=False))
 
         def opened(path: Path) -> UserIndex:
             rows = {i: i for i in range(len(vectors))}
@@ -509,7 +549,7 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
             if run(table.conn, "SELECT to_regclass(%s)", (ident(qualified),)).fetchone()[0] is not None:
                 raise InputError(f"--fix {made}: {table.location.where} already has a relation of that name")
             with table.server.connect() as writer:  # the one session that writes, and only the new index
-                _create_beside(writer, repair, user_table, table.column, made, qualified, options)
+                _create_beside(writer, repair, user_table, table.column, made, qualified)
             searcher = Searcher(
                 table.conn, user_table, "ctid::text", table.rows, repair.ordering(_floats(table)), table.settings
             )
@@ -519,21 +559,21 @@ def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
 
         ordering = repair.ordering(_floats(table))
         how = (
-            f"{repair.create(user_table, table.column, 'NAME', options, concurrently=True)}; queries: "
+            f"{repair.create(user_table, table.column, 'NAME', concurrently=True)}; queries: "
             f"{ordering.shown(user_table)}"
         )
-        return RepairRecipe(repair.name, how, repair.code_change, write, opened, None, metric=table.metric, apply=apply)
+        return RepairRecipe(
+            repair.name, how, repair.code_change, write, opened, None, metric=repair.metric, apply=apply
+        )
 
     return [recipe(r) for r in pg_repairs(table, vectors)]
 
 
-def _create_beside(
-    conn: Any, repair: PgRepair, table: str, column: str, made: str, qualified: str, options: dict
-) -> None:
+def _create_beside(conn: Any, repair: PgRepair, table: str, column: str, made: str, qualified: str) -> None:
     """CREATE INDEX CONCURRENTLY: the user's writes go on while it builds. One that fails (cancelled, timed out)
     leaves an invalid index of the new name, the doctor's own, which is dropped; the user's are never touched."""
     try:
-        run(conn, repair.create(table, column, ident(made), options, concurrently=True))
+        run(conn, repair.create(table, column, ident(made), concurrently=True))
     except InputError:
         left = "SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND NOT indisvalid"
         if run(conn, left, (ident(qualified),)).fetchone() is not None:
@@ -552,12 +592,12 @@ def _beside(table: str, index: str) -> str:
 
 
 def _repaired(index: UserIndex, repair: PgRepair, name: str, searcher: Searcher, code: float) -> UserIndex:
-    params = {**index.params, "index": name, "opclass": repair.opclass}
+    params = {"index": name, "access": repair.access, "opclass": repair.opclass, **dict(repair.options)}
     return UserIndex(
         "pgvector",
         index.path,
         repair.name,
-        index.metric,
+        repair.metric,
         params,
         code,
         index.ntotal,
