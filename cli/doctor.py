@@ -68,7 +68,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         "in a read-only session (the password is never printed); cone's embedded server's tables: "
         "postgresql://postgres@/postgres?host=DATA_FOLDER&table=T (started if it is not running)",
     )
-    p.add_argument("--table", help="with --index on a LanceDB folder: the table (default: its only one)")
+    p.add_argument(
+        "--table",
+        help="with --index on a LanceDB folder: the table (default: its only one); on a postgresql:// DSN, the "
+        "table where the DSN names none (?table=T)",
+    )
     p.add_argument(
         "--fix",
         nargs="?",

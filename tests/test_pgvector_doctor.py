@@ -175,6 +175,9 @@ def test_faults_are_one_line_each_and_never_show_the_password(pg_data, tmp_path,
         assert conn.execute("SELECT to_regclass('faulty')").fetchone()[0] is not None
     err = refused(["doctor", "--index", dsn_of(pg_data, table="faulty")], capsys)
     assert "name the column" in err and "embedding, loose" in err
+    assert "name the table" in refused(["doctor", "--index", dsn_of(pg_data, password="s3cret")], capsys)
+    err = refused(["doctor", "--index", "mysql://me:s3cret@host/db?table=t"], capsys)
+    assert "no store reads mysql://" in err and "s3cret" not in err
 
 
 @pytest.mark.slow
