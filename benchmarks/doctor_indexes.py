@@ -32,30 +32,36 @@ from cone.indexing.factory import make_faiss, train_faiss
 from cone.indexing.lance import build_params, lancedb_module
 
 
+def write_vectors(out: Path, model: str, inject: str) -> tuple[np.ndarray, np.ndarray]:
+    """``vectors.npy``, ``queries.npy`` and ``qrels.tsv`` of SciFact under ``model`` (``inject`` fitted on the
+    documents, applied to both, as an index would) written into ``out``; the documents and queries returned."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out.mkdir(parents=True, exist_ok=True)
+    dataset = load_beir(data_dir(), "scifact")
+    encoder = load_encoder(model)
+    docs = corpus_vectors(encoder, dataset, progress=False)
+    query_ids = sorted(dataset.qrels)
+    queries = encoder.encode([dataset.queries[q] for q in query_ids], progress=False, role=QUERY)
+    fitted = pp.fit(docs, pp.parse(inject))
+    docs = np.ascontiguousarray(unit_rows(pp.apply(docs, fitted)), dtype=np.float32)
+    queries = np.ascontiguousarray(unit_rows(pp.apply(queries, fitted)), dtype=np.float32)
+    np.save(out / "vectors.npy", docs)
+    np.save(out / "queries.npy", queries)
+    row = {doc_id: number for number, doc_id in enumerate(sorted(dataset.corpus))}
+    lines = ["query-id\tcorpus-id\tscore"]
+    for number, q in enumerate(query_ids):
+        lines += [f"{number}\t{row[d]}\t{g}" for d, g in sorted(dataset.qrels[q].items()) if d in row]
+    (out / "qrels.tsv").write_text("\n".join(lines) + "\n")
+    return docs, queries
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--inject", default="none", help="a synthetic degradation of the vectors (cone:0.99)")
     parser.add_argument("--model", default="minilm", help="the encoder (default minilm; e5 for a real cone)")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    args.out.mkdir(parents=True, exist_ok=True)
-
-    dataset = load_beir(data_dir(), "scifact")
-    encoder = load_encoder(args.model)
-    docs = corpus_vectors(encoder, dataset, progress=False)
-    query_ids = sorted(dataset.qrels)
-    queries = encoder.encode([dataset.queries[q] for q in query_ids], progress=False, role=QUERY)
-    fitted = pp.fit(docs, pp.parse(args.inject))  # fitted on the documents, applied to both, as an index would
-    docs = np.ascontiguousarray(unit_rows(pp.apply(docs, fitted)), dtype=np.float32)
-    queries = np.ascontiguousarray(unit_rows(pp.apply(queries, fitted)), dtype=np.float32)
-    np.save(args.out / "vectors.npy", docs)
-    np.save(args.out / "queries.npy", queries)
-    row = {doc_id: number for number, doc_id in enumerate(sorted(dataset.corpus))}
-    lines = ["query-id\tcorpus-id\tscore"]
-    for number, q in enumerate(query_ids):
-        lines += [f"{number}\t{row[d]}\t{g}" for d, g in sorted(dataset.qrels[q].items()) if d in row]
-    (args.out / "qrels.tsv").write_text("\n".join(lines) + "\n")
+    docs, queries = write_vectors(args.out, args.model, args.inject)
 
     n, dim = docs.shape
     index = make_faiss(dim, "PQ48")

@@ -63,21 +63,28 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--index",
-        type=Path,
         help="the index you already have, measured as it is: a FAISS index file (IndexPreTransform chains and binary "
         "indexes too), a Lance dataset folder or a LanceDB folder (with --table), a USearch .usearch file, a Qdrant "
-        "Edge shard folder, or a SQLite file (.db, .sqlite, .sqlite3) with a sqlite-vec vec0 table (with --table)",
+        "Edge shard folder, a SQLite file (.db, .sqlite, .sqlite3) with a sqlite-vec vec0 table (with --table), or a "
+        "pgvector table: postgresql://USER:PASSWORD@HOST/DB?table=T&column=C (&index=NAME where the column has "
+        "several; for the binary recipe &rescore=R, default 40, and &metric= of its re-rank, default cosine), read "
+        "in a read-only session (the password is never printed); cone's embedded server's tables: "
+        "postgresql://postgres@/postgres?host=DATA_FOLDER&table=T (started if it is not running)",
     )
     p.add_argument(
-        "--table", help="with --index on a LanceDB folder or a SQLite file: the table (default: its only one)"
+        "--table",
+        help="with --index on a LanceDB folder or a SQLite file: the table (default: its only one); on a "
+        "postgresql:// DSN, the table where the DSN names none (?table=T)",
     )
     p.add_argument(
         "--fix",
-        type=Path,
+        nargs="?",
+        const="",
         metavar="OUT",
         help="with --index: write the prescribed repair there (a FAISS file, a Lance dataset folder NAME.lance, a "
-        ".usearch file, a Qdrant shard folder, a SQLite file) and measure it as read back; the index you have is "
-        "never modified",
+        ".usearch file, a Qdrant shard folder, a SQLite file) and measure it as read back; on a pgvector table, "
+        "create the prescribed index beside yours (CREATE INDEX CONCURRENTLY, named OUT or TABLE_REPAIR_cone; "
+        "nothing dropped or altered) and measure it as built; the index you have is never modified",
     )
     p.add_argument(
         "--corpus",
@@ -347,10 +354,14 @@ def run_index_doctor(args: argparse.Namespace) -> int:
     doctor.check_target(args.target)
     if args.out is not None:
         check_writable(args.out, "--out")
-    if args.fix is not None:
-        if args.fix.exists():
-            raise InputError(f"--fix {args.fix}: already exists; name a new file or folder")
-        check_writable(args.fix.parent, "--fix", args.fix)
+    fix = args.fix
+    if fix is not None and "://" not in args.index:  # a file or folder to write (a server's repair is made there)
+        if not fix:
+            raise InputError("--fix OUT: name the file or folder to write the repair to")
+        fix = Path(fix)
+        if fix.exists():
+            raise InputError(f"--fix {fix}: already exists; name a new file or folder")
+        check_writable(fix.parent, "--fix", fix)
     found = open_user_index(args.index, args.table)
     given = None if args.vectors is None else doctor.check_vectors(load_matrix(args.vectors), str(args.vectors))
     vectors = index_doctor.index_vectors(found, given)
@@ -361,7 +372,7 @@ def run_index_doctor(args: argparse.Namespace) -> int:
         queries_from = f"{len(queries):,} of the indexed vectors (seed {args.seed}), each also a document"
     with warnings.catch_warnings(record=True) as caught, native_stderr_collected() as native:
         warnings.simplefilter("always")
-        result = index_doctor.checkup_index(found, vectors, queries, queries_from, args.target, args.fix)
+        result = index_doctor.checkup_index(found, vectors, queries, queries_from, args.target, fix)
     summary = summarized_warnings(caught, native)
     if summary is not None:
         print(summary, file=sys.stderr)

@@ -181,11 +181,12 @@ def checkup_index(
     queries: np.ndarray,
     queries_from: str,
     target: float = 0.95,
-    fix: Path | None = None,
+    fix: Path | str | None = None,
 ) -> IndexCheckup:
     """The index as it is, every repair its store offers (built in a temporary folder), and the prescription;
     ``fix``: the prescribed repair (or the store's centering, where the index needs none) written there and
-    measured as it was read back."""
+    measured as it was read back; for a store whose index lives in a server, made beside the user's index there
+    (``fix`` its name, "" for the store's own) and measured as built."""
     if queries.shape[1] != found.dim:
         raise InputError(f"queries have {queries.shape[1]} dimensions, the index {found.dim}")
     recipes = STORES[found.store].repairs(found, vectors)
@@ -193,9 +194,9 @@ def checkup_index(
         if not recipes:
             raise InputError(f"--fix: {found.kind} is an exhaustive scan; there is nothing to repair")
         suffix = recipes[0].suffix
-        if suffix is not None and fix.suffix != suffix:
+        if suffix is not None and Path(fix).suffix != suffix:
             raise InputError(f"--fix {fix}: a {found.store} repair is written as NAME{suffix}")
-    exact = exact_rows(vectors, queries, found.metric)
+    exact = found.exact(queries) if found.exact is not None else exact_rows(vectors, queries, found.metric)
     today = recalls_at_10(found, queries, exact)
     recall = float(today.mean())
     fixed = None
@@ -207,12 +208,16 @@ def checkup_index(
         prescription = prescribe(recall, repairs, target)
         if fix is not None:  # the prescribed repair, or the store's centering where none is prescribed
             chosen = next((i for i, r in enumerate(repairs) if r is prescription), len(repairs) - 1)
-            copy = shutil.copytree if paths[chosen].is_dir() else shutil.copyfile
-            copy(paths[chosen], fix)
-            made = recipes[chosen].opened(fix)  # read back from where it was written, as its user will
+            apply = recipes[chosen].apply
+            if apply is not None:  # made beside the user's index, in its server
+                where, made = apply(fix)
+            else:
+                copy = shutil.copytree if paths[chosen].is_dir() else shutil.copyfile
+                copy(paths[chosen], Path(fix))
+                where, made = str(fix), recipes[chosen].opened(Path(fix))  # read back as its user will
             mine = recalls_at_10(made, queries, exact)
             fixed = {
-                "path": str(fix),
+                "path": where,
                 "repair": repairs[chosen].name,
                 "recall_at_10": float(mine.mean()),
                 "p": paired_p(today, mine),

@@ -132,9 +132,18 @@ def release_folder(folder: Path) -> bool:
     return False
 
 
-def open_user_index(path: Path, table: str | None = None) -> UserIndex:
+def open_user_index(index: str | Path, table: str | None = None) -> UserIndex:
     """A user's own index (a FAISS file, a Lance folder, a ``.usearch`` file), opened by the first store that
-    claims ``path`` by its shape, the default store asked last (FAISS claims any file: it reads one by content)."""
+    claims its path by its shape, the default store asked last (FAISS claims any file: it reads one by content); or
+    a server's table named by a URL (``postgresql://...``), opened by the store whose ``schemes`` name its scheme.
+    The URL is never repeated in an error (it may hold a password)."""
+    scheme, sep, _ = str(index).partition("://")
+    if sep:
+        reader = next((s for s in STORES.values() if scheme.lower() in getattr(s, "schemes", ())), None)
+        if reader is None:
+            raise InputError(f"--index {scheme}://...: no store reads {scheme}:// locations")
+        return reader.open_user(str(index), table)
+    path = Path(index)
     if not path.exists():
         raise InputError(f"--index {path}: no such file or folder")
     asked = [store for name, store in STORES.items() if name != DEFAULT_STORE] + [STORES[DEFAULT_STORE]]

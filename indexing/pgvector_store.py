@@ -118,11 +118,13 @@ class Server:
     dsn: str | None = field(default=None, repr=False)  # a user's server; never printed, its password least
     data: Path | None = None  # the embedded one's data folder
 
-    def connect(self) -> Any:
+    def connect(self, read_only: bool = False) -> Any:
+        """A session in autocommit; ``read_only``: every transaction of it read-only (the doctor's, without --fix)."""
         psycopg = psycopg_module()
         dsn = self.dsn or _embedded_uri(self.data)
+        options = {"options": "-c default_transaction_read_only=on"} if read_only else {}
         try:
-            return psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S, **options)
         except psycopg.OperationalError as exc:
             raise self.failure(exc) from None
 
@@ -567,16 +569,22 @@ class PgvectorStore:
         with server.connect() as conn:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
 
-    # A user's own table is read by `cone doctor --index postgresql://...` (issue 50, item 4): not yet.
+    # A user's own table, read by `cone doctor --index postgresql://...?table=T` (cone.indexing.pgvector_user).
+
+    schemes = ("postgresql", "postgres")  # the locations --index names by URL that this store reads
 
     def claims(self, path: Path) -> bool:
-        return False
+        return False  # no file or folder of this store: its user's index is named by a URL (``schemes``)
 
-    def open_user(self, path: Path, table: str | None) -> UserIndex:
-        raise InputError(f"--index {path}: cone doctor does not read a pgvector table yet")
+    def open_user(self, location: str, table: str | None) -> UserIndex:
+        from cone.indexing.pgvector_user import open_user_table  # it builds on this module's SQL and server
+
+        return open_user_table(str(location), table)
 
     def repairs(self, index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
-        return []
+        from cone.indexing.pgvector_user import user_repairs
+
+        return user_repairs(index, vectors)
 
 
 CATALOG = """

@@ -32,6 +32,8 @@ class UserIndex:
     search: Callable[[np.ndarray, int], np.ndarray]
     vectors: np.ndarray | None = None  # the float vectors it keeps, in row order; None: it keeps none
     handle: object = None  # the store's own object (faiss.Index, LanceDB table, usearch Index)
+    # Exact search where the store runs it itself (a database's scan): queries -> their exact top 10; None: cone's own
+    exact: Callable[[np.ndarray], np.ndarray] | None = None
 
     def describe(self) -> dict:
         return {
@@ -59,6 +61,9 @@ class RepairRecipe:
     suffix: str | None  # of the file or folder it writes; None: any name (the store reads a file by its content)
     centered: bool = False  # it searches (x - mean)/|x - mean| with queries centered alike
     metric: str | None = None  # the metric it searches in, where not the index's
+    # A store whose index lives in a server makes the repair beside the user's there (``--fix NAME``, "" for its own
+    # name): where it was made, and the index as its user's queries then read it. None: written to a file or folder.
+    apply: Callable[[object], tuple[str, UserIndex]] | None = None
 
 
 def centered(vectors: np.ndarray, mean: np.ndarray) -> np.ndarray:

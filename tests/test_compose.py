@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from psycopg.conninfo import conninfo_to_dict
 
 from cone.cli import build_parser
 
@@ -19,8 +20,11 @@ def compose() -> dict:
 
 def test_every_service_command_is_a_real_cone_command(compose):
     services = compose["services"]
-    assert set(services) == {"index", "api"}
+    assert set(services) == {"index", "index-pg", "api", "postgres"}
     for name, service in services.items():
+        if "image" in service:
+            continue  # not cone's image: the database
+        assert service["build"] == ".", name
         command = [str(part) for part in service["command"]]
         assert command[0] == "cone", name
         args = build_parser().parse_args(command[1:])  # exits (fails the test) on an unknown option
@@ -39,6 +43,29 @@ def test_api_waits_for_index_and_serves_its_volume(compose):
     assert index_out == served
     assert any(v.startswith(f"{volume}:") and str(served).startswith(v.split(":")[1]) for v in api["volumes"])
     assert all(port.startswith("127.0.0.1:") for port in api["ports"])
+
+
+def test_the_pgvector_service_is_served_through_its_dsn(compose):
+    """`index-pg` builds a pgvector index into the folder `api` serves, both reaching the `postgres` service by
+    CONE_PG_DSN: the DSN names that service's user and database, and its password is CONE_PG_PASSWORD's (the
+    development default where unset), never another written in clear."""
+    services = compose["services"]
+    postgres, index_pg, api = services["postgres"], services["index-pg"], services["api"]
+    assert postgres["image"].startswith("pgvector/pgvector:pg") and "ports" not in postgres
+    assert postgres["environment"]["POSTGRES_PASSWORD"] == "${CONE_PG_PASSWORD:-cone-dev}"
+    assert any(v.startswith("pg-data:") for v in postgres["volumes"]) and "pg-data" in compose["volumes"]
+    built = build_parser().parse_args(index_pg["command"][1:])
+    assert built.command == "index" and built.index_factory.startswith("pg:")
+    assert built.out == build_parser().parse_args([str(c) for c in api["command"][1:]]).indexes
+    for service in (index_pg, api):
+        assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
+        dsn = conninfo_to_dict(service["environment"]["CONE_PG_DSN"])
+        assert dsn["host"] == "postgres" and dsn["password"] == postgres["environment"]["POSTGRES_PASSWORD"]
+        assert (dsn["user"], dsn["dbname"]) == (
+            postgres["environment"]["POSTGRES_USER"],
+            postgres["environment"]["POSTGRES_DB"],
+        )
+    assert api["depends_on"]["index-pg"]["condition"] == "service_completed_successfully"
 
 
 def dockerfile_stages(text: str) -> list[list[tuple[str, str]]]:
@@ -86,7 +113,7 @@ def test_dockerfile_builds_the_wheel_then_installs_it_after_the_pinned_cpu_torch
 def test_a_dockerfile_that_installs_the_source_tree_is_refused():
     good = (ROOT / "Dockerfile").read_text()
     source = good.replace("COPY --from=wheel /dist /dist", "COPY . /src").replace(
-        "RUN pip install /dist/cone-*.whl && rm -rf /dist", "RUN pip install -e /src"
+        'RUN pip install /dist/cone-*.whl "psycopg[binary]>=3.2" && rm -rf /dist', "RUN pip install -e /src"
     )
     assert dockerfile_problems(source) == [
         "the builder's wheel is not installed",
