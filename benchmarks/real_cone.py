@@ -10,7 +10,12 @@ queries under four ways of centering, each against the raw vectors by the paired
   queries: nothing of the test queries is fitted);
 - ``documents only``: documents centred, queries raw.
 
-Usage: python benchmarks/real_cone.py [--model e5] [--layer 12] [--json | --record OUT]
+It also measures why sign codes (BIN, 1-bit) suffer: a document's sign bit on a coordinate carries nothing where the
+coordinate's mean outweighs its spread, so it reports the median coordinate's |mean| / std and the share of
+coordinates whose sign is the same in at least 95% of the documents. ``--inject cone:0.9`` measures the same on a
+synthetic cone (fitted on the documents, applied to both sides, as an index does) for comparison.
+
+Usage: python benchmarks/real_cone.py [--model e5] [--layer 12] [--inject none] [--json | --record OUT]
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from cone.encoders.registry import load_encoder
 from cone.eval.metrics import per_query_ndcg
 from cone.eval.significance import paired_p
 from cone.geometry import unit_rows
+from cone.indexing import postprocess
 from cone.indexing.dense import corpus_vectors
 
 K = 10
@@ -45,6 +51,8 @@ def measure(args: argparse.Namespace) -> dict:
     test_ids, train_ids = sorted(test.qrels), sorted(train.qrels)
     queries = unit_rows(encoder.encode([test.queries[q] for q in test_ids], role=QUERY))
     other = unit_rows(encoder.encode([train.queries[q] for q in train_ids], role=QUERY))
+    fitted = postprocess.fit(docs, postprocess.parse(args.inject))  # "none" changes nothing
+    docs, queries, other = (unit_rows(postprocess.apply(x, fitted)) for x in (docs, queries, other))
     doc_mean, query_mean = docs.mean(axis=0), other.mean(axis=0)
     doc_ids = sorted(test.corpus)
     ways = {
@@ -63,9 +71,13 @@ def measure(args: argparse.Namespace) -> dict:
         }
         for name, values in per_query.items()
     ]
+    same_sign = np.maximum((docs > 0).mean(axis=0), (docs < 0).mean(axis=0))
     return {
         "model": args.model,
         "layer": args.layer,
+        "inject": args.inject,
+        "median_coord_mean_over_std": float(np.median(np.abs(docs.mean(axis=0)) / docs.std(axis=0))),
+        "coords_same_sign_95": float((same_sign >= 0.95).mean()),
         "n_docs": len(docs),
         "n_test_queries": len(test_ids),
         "n_train_queries": len(train_ids),
@@ -80,10 +92,13 @@ def measure(args: argparse.Namespace) -> dict:
 
 def show(result: dict) -> str:
     lines = [
-        f"{result['model']} [{result['layer']}]: document mean |m_d| {result['doc_mean_norm']:.3f}, query mean "
+        f"{result['model']} [{result['layer']}] {result.get('inject', 'none')}: "
+        f"document mean |m_d| {result['doc_mean_norm']:.3f}, query mean "
         f"|m_q| {result['query_mean_norm']:.3f} (train queries), cos(m_d, m_q) {result['means_cosine']:.3f}, "
         f"|m_q - m_d| {result['means_gap_norm']:.3f} (test queries' own mean {result['test_query_mean_gap_norm']:.3f} "
-        "from the train queries')"
+        "from the train queries')",
+        f"  coordinates: median |mean|/std {result['median_coord_mean_over_std']:.2f}; the same sign in >= 95% of the "
+        f"documents: {result['coords_same_sign_95']:.1%}",
     ]
     for row in result["rows"]:
         p = "" if row["p_vs_raw"] is None else f", {row['delta_vs_raw']:+.4f} vs raw, p {row['p_vs_raw']:.4f}"
@@ -95,4 +110,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="e5", help="an encoder whose queries carry a prefix of their own (e5)")
     parser.add_argument("--layer", default="12", help="the space (default 12: e5's output, before its normalize)")
+    parser.add_argument("--inject", default="none", help="a synthetic degradation to compare with (cone:0.9)")
     run_benchmark(parser, measure, show)
