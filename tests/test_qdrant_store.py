@@ -9,6 +9,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -296,16 +299,7 @@ def test_a_cut_segment_is_a_409_and_a_shard_open_in_another_process_a_503_for_th
         shutil.copytree(root / "good", root / name)
     (data,) = (root / "cut" / SHARD).glob("segments/*/vector_storage/quantized.data")
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
-    hold = "import sys, qdrant_edge\nshard = qdrant_edge.EdgeShard.load(sys.argv[1])\nprint('held', flush=True)\n"
-    hold += "sys.stdin.read()"  # held until the test closes its stdin
-    holder = subprocess.Popen(
-        [sys.executable, "-c", hold, str(root / "held" / SHARD)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with held_elsewhere(root / "held" / SHARD) as holder:
         monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
         with TestClient(create_app(root, tiny_checkpoints, load_in_background=False)) as client:
             assert _search(client, "good").status_code == 200
@@ -320,6 +314,29 @@ def test_a_cut_segment_is_a_409_and_a_shard_open_in_another_process_a_503_for_th
             # every unavailable index is opened again; the cut one opens (Qdrant reads the codes at a search only)
             assert client.post("/admin/reload", headers={"X-API-Key": "s3cret"}).json()["available"] == 3
             assert _search(client, "held").status_code == 200 and _search(client, "cut").status_code == 409
+
+
+@contextmanager
+def held_elsewhere(shard: Path) -> Iterator[subprocess.Popen]:
+    """Another process holding ``shard`` open (Qdrant Edge's lock) until its stdin is closed."""
+    hold = "import sys, qdrant_edge\nshard = qdrant_edge.EdgeShard.load(sys.argv[1])\nprint('held', flush=True)\n"
+    hold += "sys.stdin.read()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(shard)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
     finally:
         holder.kill()
         holder.wait(timeout=60)
+
+
+def test_the_doctor_on_a_shard_open_in_another_process_says_so_in_one_line(rows, tmp_path, capsys):
+    codes = build_codes(rows, parse_index_type("qdrant:bq1"))
+    codes.write(tmp_path)
+    codes.close()
+    with held_elsewhere(tmp_path / SHARD):
+        assert main(["doctor", "--index", str(tmp_path / SHARD), "--no-progress"]) == 5
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cone: unavailable:") and "open in another process" in err and "\n" not in err, err
