@@ -309,8 +309,16 @@ class QdrantCodes:
     """An open Qdrant Edge shard; the Codes of cone.indexing.codes. Point ids are rows."""
 
     def __init__(self, path: Path, shard: object, kind: IndexType, dim: int, params: dict) -> None:
-        self.path, self.shard, self.kind, self.dim, self._params = path, shard, kind, dim, params
-        self._closed = False
+        self.path, self.kind, self.dim, self._params = path, kind, dim, params
+        # The shard held, released by ``close`` or when the codes are collected: the service never closes an index
+        # a reload replaced (the last request done with it drops it), and a shard left held keeps its codes in
+        # memory and its folder locked for the life of the process.
+        self._held = [shard]
+        self._release = weakref.finalize(self, _release_held, self._held)
+
+    @property
+    def shard(self) -> object:
+        return self._held[0]
 
     @property
     def params(self) -> dict[str, int | str | None]:
@@ -357,12 +365,14 @@ class QdrantCodes:
         try:
             shutil.copytree(self.path, folder / SHARD)
         finally:
-            self.shard = hold_shard(self.path)
+            self._held[0] = hold_shard(self.path)
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            release_shard(self.shard)
+        self._release()  # once: a finalizer runs at most once
+
+
+def _release_held(held: list) -> None:
+    release_shard(held[0])
 
 
 def _discard(scratch: Path) -> None:

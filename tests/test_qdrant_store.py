@@ -4,6 +4,7 @@ one line where a setting, the shard's dimension or another process's lock says i
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import subprocess
@@ -330,6 +331,21 @@ def held_elsewhere(shard: Path) -> Iterator[subprocess.Popen]:
     finally:
         holder.kill()
         holder.wait(timeout=60)
+
+
+def test_codes_no_one_refers_to_release_their_shard(rows, tmp_path):
+    """The service never closes an index it replaced (a reload drops the entry, the collector frees it): the shard
+    it held must be closed then, or every rebuild keeps the old shard (its codes in memory, its folder locked)."""
+    kind = parse_index_type("qdrant:bq1")
+    codes = build_codes(rows, kind)
+    codes.write(tmp_path)
+    codes.close()
+    opened = read_codes(tmp_path, kind, D, "", False, codes.params)
+    opened.write(tmp_path / "copy")  # closes and opens its shard again: the one it then holds is released
+    del opened
+    gc.collect()
+    with held_elsewhere(tmp_path / SHARD) as holder:  # another process can open it: no one here holds it
+        assert holder.poll() is None
 
 
 def test_the_doctor_on_a_shard_open_in_another_process_says_so_in_one_line(rows, tmp_path, capsys):
