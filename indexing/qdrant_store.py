@@ -20,10 +20,13 @@ codes; a binary code searched without rescoring scores in its own units (its row
 
 What was built is checked from the shard itself: every point indexed (``ShardInfo.indexed_vectors_count``) and every
 indexed segment's own config (``segment.json``, Qdrant's) naming the HNSW index and the quantization asked for;
-``read`` checks the same and the shard's vector size and distance (``edge_config.json``). Qdrant rewrites the
-shard's files itself, so integrity goes by these checks, not by file hashes. Qdrant Edge opens a folder once (a
-lock on its write-ahead log): a process keeps one open shard per folder, shared by everything that opens the index
-(the service and the eval), and a shard open in another process is refused in one line.
+``read`` checks the shard's vector size and distance (``edge_config.json``), and the store's ``verify`` the same
+account as the build, with the points the manifest recorded. Qdrant rewrites the shard's files itself, so integrity
+goes by these checks, not by file hashes, and the service's reload by the store's ``state`` (the segments' files by
+name and size, not their times). Qdrant Edge opens a folder once (a lock on its write-ahead log): a process keeps one
+open shard per folder, shared by everything that opens the index (the service and the eval), and a shard open in
+another process is StoreUnavailable in one line (transient: the service's 503 for that index, opened again at the
+next reload).
 
 qdrant_edge is imported only here (``pip install 'cone[qdrant]'``; 0.9.0 is the version measured).
 """
@@ -36,15 +39,16 @@ import shutil
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
 import numpy as np
 
-from cone.errors import DamagedIndex, InputError
+from cone.errors import DamagedIndex, InputError, StoreUnavailable
 from cone.indexing.codes import COSINE, DOT, L2, IndexType, parse_search_params, similarity
+from cone.indexing.location import files_state
 from cone.indexing.user_index import RepairRecipe, UserIndex, centered, no_table, searching_centered
 
 NAME = "qdrant"  # --store's name
@@ -176,9 +180,9 @@ _OPEN_LOCK = threading.Lock()
 
 
 def _engine_error(path: Path, exc: BaseException) -> Exception:
-    if "WouldBlock" in str(exc):
+    if "WouldBlock" in str(exc):  # another process's lock: it may close the shard, so tried again (the service's 503)
         why = "it is open in another process (Qdrant Edge opens a shard folder once)"
-        return InputError(f"{path}: Qdrant shard unavailable: {why}")
+        return StoreUnavailable(f"{path}: Qdrant shard unavailable: {why}")
     return DamagedIndex(f"{path}: Qdrant shard unreadable ({_first_line(exc)})")
 
 
@@ -252,7 +256,7 @@ def _segments(path: Path) -> list[dict]:
     return found
 
 
-def verify(path: Path, shard: object, kind: IndexType, dim: int, n: int | None) -> dict[str, int]:
+def check_shard(path: Path, shard: object, kind: IndexType, dim: int, n: int | None) -> dict[str, int]:
     """What the shard says it holds: every point indexed, each indexed segment an HNSW graph with the codes asked
     for; the counts. DamagedIndex otherwise (a build that did not index is not the type it names)."""
     info = shard.info()
@@ -305,8 +309,16 @@ class QdrantCodes:
     """An open Qdrant Edge shard; the Codes of cone.indexing.codes. Point ids are rows."""
 
     def __init__(self, path: Path, shard: object, kind: IndexType, dim: int, params: dict) -> None:
-        self.path, self.shard, self.kind, self.dim, self._params = path, shard, kind, dim, params
-        self._closed = False
+        self.path, self.kind, self.dim, self._params = path, kind, dim, params
+        # The shard held, released by ``close`` or when the codes are collected: the service never closes an index
+        # a reload replaced (the last request done with it drops it), and a shard left held keeps its codes in
+        # memory and its folder locked for the life of the process.
+        self._held = [shard]
+        self._release = weakref.finalize(self, _release_held, self._held)
+
+    @property
+    def shard(self) -> object:
+        return self._held[0]
 
     @property
     def params(self) -> dict[str, int | str | None]:
@@ -353,12 +365,14 @@ class QdrantCodes:
         try:
             shutil.copytree(self.path, folder / SHARD)
         finally:
-            self.shard = hold_shard(self.path)
+            self._held[0] = hold_shard(self.path)
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            release_shard(self.shard)
+        self._release()  # once: a finalizer runs at most once
+
+
+def _release_held(held: list) -> None:
+    release_shard(held[0])
 
 
 def _discard(scratch: Path) -> None:
@@ -387,7 +401,7 @@ class QdrantWriter:
         """Qdrant's optimizer run to the end (the graph and the codes), checked, flushed and closed."""
         _engine(self.path, self.shard.optimize)
         _engine(self.path, self.shard.flush)
-        checked = verify(self.path, self.shard, self.kind, self.dim, self.count)
+        checked = check_shard(self.path, self.shard, self.kind, self.dim, self.count)
         release_shard(self.shard)
         return self.params | checked
 
@@ -616,10 +630,33 @@ class QdrantStore:
             raise DamagedIndex(
                 f"{path}: a Qdrant shard of {got} vectors, the index is {dim}-dim {DISTANCE[kind.metric]}"
             )
-        shard = hold_shard(path)
+        return QdrantCodes(path, hold_shard(path), kind, dim, dict(params))
+
+    def verify(self, folder: Path, kind: IndexType, dim: int, params: dict) -> None:
+        """The shard's own account (every point indexed, each indexed segment the graph and codes of ``kind``) and
+        its points those the manifest recorded (``indexed_vectors``: every point, indexed at the build)."""
+        path = folder / SHARD
+        shard = hold_shard(path)  # the one ``read`` opened, shared
         try:
-            verify(path, shard, kind, dim, None)
-        except DamagedIndex:
+            recorded = params.get("indexed_vectors")
+            check_shard(path, shard, kind, dim, None if recorded is None else int(recorded))
+        finally:
             release_shard(shard)
-            raise
-        return QdrantCodes(path, shard, kind, dim, dict(params))
+
+    def state(self, folder: Path, kind: IndexType, params: dict) -> Hashable | None:
+        """cone's own files of the index (the manifest, the documents: inode, size, time), the shard folder's inode,
+        and each segment's files by name and size. Not the shard's files' times or inodes: Qdrant rewrites files
+        of a shard whenever it opens or closes it (edge_config.json, segment.json, deleted.dat, tracker.dat; their
+        sizes stay), so those would make every reload open a served shard again. Nothing is opened: a cut file
+        or another segment changes a size or a name, a rebuild swaps the folders."""
+        path, files = folder / SHARD, files_state(folder)
+        try:
+            segments = sorted(
+                (str(f.relative_to(path)), f.stat().st_size) for f in path.glob("segments/**/*") if f.is_file()
+            )
+            inode = path.stat().st_ino
+        except OSError:
+            return None
+        if files is None:
+            return None
+        return tuple(f for f in files if not Path(f[0]).is_relative_to(path)), inode, tuple(segments)

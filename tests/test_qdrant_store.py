@@ -4,25 +4,32 @@ one line where a setting, the shard's dimension or another process's lock says i
 
 from __future__ import annotations
 
+import gc
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from cone.cli import main
-from cone.encoders.registry import Encoders
+from cone.data.loaders import load_beir
+from cone.encoders.registry import Encoders, load_encoder
 from cone.errors import DamagedIndex, InputError
 from cone.eval.metrics import overlap_at_k
 from cone.geometry import unit_rows
-from cone.indexing.factory import build_codes, read_codes
+from cone.indexing.dense import build_dense
+from cone.indexing.factory import build_codes, index_state, read_codes
 from cone.indexing.open import open_index
-from cone.indexing.qdrant_store import SHARD, _segments, verify
+from cone.indexing.qdrant_store import SHARD, _segments, check_shard
 from cone.indexing.spec import parse_index_type
-from cone.service.app import create_app
+from cone.service.app import ADMIN_KEY_ENV, create_app
 
 qdrant_edge = pytest.importorskip("qdrant_edge")
 N, D = 400, 64
@@ -79,7 +86,7 @@ def test_a_shard_qdrant_did_not_index_is_refused(rows, tmp_path):
     shard = q.EdgeShard.create(str(tmp_path), config)
     shard.update(q.UpdateOperation.upsert_points([q.Point(i, rows[i].tolist()) for i in range(N)]))
     with pytest.raises(DamagedIndex, match=f"not indexed \\(0 of {N} points are in an HNSW graph\\)"):
-        verify(tmp_path, shard, parse_index_type("qdrant:hnsw"), D, N)
+        check_shard(tmp_path, shard, parse_index_type("qdrant:hnsw"), D, N)
     shard.close()
 
 
@@ -132,7 +139,7 @@ def test_a_written_shard_opens_again_once_per_process_and_answers_the_same(rows,
         """
     )
     done = subprocess.run([sys.executable, "-c", elsewhere], capture_output=True, text=True, timeout=120)
-    assert done.stdout.startswith("InputError") and "open in another process" in done.stdout
+    assert done.stdout.startswith("StoreUnavailable") and "open in another process" in done.stdout
     assert len(done.stdout.strip().splitlines()) == 1
     second.close()
 
@@ -149,6 +156,23 @@ def test_a_shard_of_another_dimension_or_metric_is_refused_in_one_line(rows, tmp
     (tmp_path / SHARD / "edge_config.json").unlink()
     with pytest.raises(DamagedIndex, match="not a Qdrant Edge shard"):
         read_codes(tmp_path, kind, D, "", False, {})
+
+
+def test_the_shard_is_checked_against_the_manifest_and_its_state_outlasts_qdrants_rewrites(rows, tmp_path):
+    """verify: the shard's points are those the manifest recorded; state: equal across Qdrant's own rewrites of the
+    shard (an open and a close), changed by a segment file cut short."""
+    kind = parse_index_type("qdrant:int8")
+    codes = build_codes(rows, kind)
+    codes.write(tmp_path)
+    codes.close()
+    with pytest.raises(DamagedIndex, match=f"the shard holds {N} points, {N + 1} were written"):
+        read_codes(tmp_path, kind, D, "", False, codes.params | {"indexed_vectors": N + 1})
+    before = index_state(tmp_path, kind, codes.params)
+    read_codes(tmp_path, kind, D, "", False, codes.params).close()  # Qdrant rewrites files as it opens and closes
+    assert index_state(tmp_path, kind, codes.params) == before
+    (data,) = (tmp_path / SHARD).glob("segments/*/vector_storage/quantized.data")
+    data.write_bytes(data.read_bytes()[:-1])
+    assert index_state(tmp_path, kind, codes.params) != before
 
 
 def test_cone_index_streams_cone_serve_and_the_eval_share_the_shard_and_cone_eval_measures_qdrant(
@@ -229,3 +253,106 @@ def test_a_shard_rebuilt_under_the_same_name_is_opened_anew_while_the_old_one_is
     assert new.shard is not old.shard and (old.ntotal, new.ntotal) == (200, N)
     for codes in (first, old, second, new):
         codes.close()
+
+
+def test_reloads_keep_a_served_shard_that_qdrant_rewrote_and_open_it_again_once_rebuilt(
+    shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
+):
+    """Qdrant rewrites files of a shard whenever it opens or closes it: the reload goes by the store's own state."""
+    encoder, dataset = load_encoder("baseline", tiny_checkpoints), load_beir(shared_tiny_beir, "tiny")
+    root, kind = tmp_path / "indexes", parse_index_type("qdrant:int8")
+    build_dense(encoder, dataset, root / "qd", "none", kind, progress=False)
+    monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
+    with TestClient(create_app(root, tiny_checkpoints, load_in_background=False)) as client:
+        registry, served = client.app.state.registry, client.app.state.registry.entries["qd"]
+        assert served.available and _search(client, "qd").status_code == 200
+        for _ in range(2):
+            assert client.post("/admin/reload", headers={"X-API-Key": "s3cret"}).json()["available"] == 1
+            assert registry.entries["qd"] is served  # not opened again
+        build_dense(encoder, dataset, root / "qd", "center", kind, progress=False)  # swapped in under the same name
+        assert client.post("/admin/reload", headers={"X-API-Key": "s3cret"}).json()["available"] == 1
+        rebuilt = registry.entries["qd"]
+        assert rebuilt is not served and rebuilt.manifest.postprocess == "center"
+        assert rebuilt.index.codes.shard is not served.index.codes.shard
+        assert _search(client, "qd").status_code == 200
+
+
+def _search(client: TestClient, name: str):
+    return client.get("/search", params={"model": name, "q": "cell protein", "k": 5})
+
+
+def test_a_cut_segment_is_a_409_and_a_shard_open_in_another_process_a_503_for_that_index_alone(
+    shared_tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
+):
+    """Issue 51, item 6, through the service: a quantized.data cut in half (Qdrant panics searching it) is that
+    index's 409; a shard another process holds is a 503 (transient), served after a reload once that process is
+    gone; the other index answers throughout."""
+    root = tmp_path / "indexes"
+    build_dense(
+        load_encoder("baseline", tiny_checkpoints),
+        load_beir(shared_tiny_beir, "tiny"),
+        root / "good",
+        "none",
+        parse_index_type("qdrant:int8"),
+        progress=False,
+    )
+    for name in ("cut", "held"):
+        shutil.copytree(root / "good", root / name)
+    (data,) = (root / "cut" / SHARD).glob("segments/*/vector_storage/quantized.data")
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    with held_elsewhere(root / "held" / SHARD) as holder:
+        monkeypatch.setenv(ADMIN_KEY_ENV, "s3cret")
+        with TestClient(create_app(root, tiny_checkpoints, load_in_background=False)) as client:
+            assert _search(client, "good").status_code == 200
+            cut = _search(client, "cut")
+            assert cut.status_code == 409 and "Qdrant shard unreadable" in cut.json()["detail"], cut.text[:300]
+            held = _search(client, "held")
+            assert held.status_code == 503 and "open in another process" in held.json()["detail"], held.text[:300]
+            assert "\n" not in held.json()["detail"]
+            assert _search(client, "good").status_code == 200
+            holder.stdin.close()
+            assert holder.wait(timeout=60) == 0
+            # every unavailable index is opened again; the cut one opens (Qdrant reads the codes at a search only)
+            assert client.post("/admin/reload", headers={"X-API-Key": "s3cret"}).json()["available"] == 3
+            assert _search(client, "held").status_code == 200 and _search(client, "cut").status_code == 409
+
+
+@contextmanager
+def held_elsewhere(shard: Path) -> Iterator[subprocess.Popen]:
+    """Another process holding ``shard`` open (Qdrant Edge's lock) until its stdin is closed."""
+    hold = "import sys, qdrant_edge\nshard = qdrant_edge.EdgeShard.load(sys.argv[1])\nprint('held', flush=True)\n"
+    hold += "sys.stdin.read()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(shard)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+
+
+def test_codes_no_one_refers_to_release_their_shard(rows, tmp_path):
+    """The service never closes an index it replaced (a reload drops the entry, the collector frees it): the shard
+    it held must be closed then, or every rebuild keeps the old shard (its codes in memory, its folder locked)."""
+    kind = parse_index_type("qdrant:bq1")
+    codes = build_codes(rows, kind)
+    codes.write(tmp_path)
+    codes.close()
+    opened = read_codes(tmp_path, kind, D, "", False, codes.params)
+    opened.write(tmp_path / "copy")  # closes and opens its shard again: the one it then holds is released
+    del opened
+    gc.collect()
+    with held_elsewhere(tmp_path / SHARD) as holder:  # another process can open it: no one here holds it
+        assert holder.poll() is None
+
+
+def test_the_doctor_on_a_shard_open_in_another_process_says_so_in_one_line(rows, tmp_path, capsys):
+    codes = build_codes(rows, parse_index_type("qdrant:bq1"))
+    codes.write(tmp_path)
+    codes.close()
+    with held_elsewhere(tmp_path / SHARD):
+        assert main(["doctor", "--index", str(tmp_path / SHARD), "--no-progress"]) == 5
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cone: unavailable:") and "open in another process" in err and "\n" not in err, err
