@@ -106,9 +106,13 @@ def show(result: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="e5", help="an encoder whose queries carry a prefix of their own (e5)")
     parser.add_argument("--layer", default="12", help="the space (default 12: e5's output, before its normalize)")
     parser.add_argument("--inject", default="none", help="a synthetic degradation to compare with (cone:0.9)")
     run_benchmark(parser, measure, show)
+
+
+if __name__ == "__main__":
+    main()

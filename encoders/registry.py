@@ -132,9 +132,11 @@ def load_encoder(
     return found.load(runtime, checkpoints, data_root).at_layer(layer)
 
 
-def build_rank(spec: str) -> float:
-    """The work of encoding a corpus with ``spec`` (the demo builds the fastest first; st:PATH, unknown, last)."""
-    return entry(spec).work
+def build_rank(spec: str) -> tuple[float, int]:
+    """The work of encoding a corpus with ``spec`` (the demo builds the fastest first; st:PATH, unknown, last), then
+    its place in ``ENCODERS`` (equal work: the table's order, baseline before regularized)."""
+    order = list(ENCODERS)
+    return entry(spec).work, order.index(spec) if spec in ENCODERS else len(order)
 
 
 def changing_weights(spec: str, checkpoints: Path | None) -> Path | None:

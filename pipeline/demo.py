@@ -25,7 +25,7 @@ def build_order(models: list[str], checkpoints: Path | None) -> list[str]:
     entry says its blocks x width; an st:PATH model, unknown, last); one without weights is left to the eval, which
     says why."""
     chosen = [model for model in models if missing(model, checkpoints) is None]
-    return sorted(chosen, key=lambda model: -1.0 if model == LEXICAL else build_rank(model))
+    return sorted(chosen, key=lambda model: (-1.0, 0) if model == LEXICAL else build_rank(model))
 
 
 def build_each(

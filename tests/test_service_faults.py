@@ -163,9 +163,11 @@ def test_reloads_free_the_old_entries_and_their_files_without_a_gc(built, tiny_c
         registry = client.app.state.registry
 
         def reload_and_search() -> None:
-            for name in ("baseline", "bm25", "stream"):  # rewritten, as far as the reload can tell: opened again
-                manifest = built / name / "manifest.json"
-                os.utime(manifest, ns=(time.time_ns(), manifest.stat().st_mtime_ns + 1000))
+            # rewritten, as far as the reload can tell: opened again; and baseline's weights too, so that its model
+            # is loaded again (a reload keeps the serving encoder while its weights are the same files)
+            weights = tiny_checkpoints / "baseline" / "model.safetensors"
+            for touched in [*(built / name / "manifest.json" for name in ("baseline", "bm25", "stream")), weights]:
+                os.utime(touched, ns=(time.time_ns(), touched.stat().st_mtime_ns + 1000))
             assert client.post("/admin/reload", headers={"X-API-Key": "s3cret"}).status_code == 200
             for name in ("baseline", "bm25", "stream"):
                 assert client.get("/search", params={"model": name, "q": "cell protein"}).status_code == 200
