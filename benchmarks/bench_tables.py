@@ -315,7 +315,13 @@ def tests(folder: Path) -> str:
     and its CPU."""
     rows = []
     epyc = "EPYC, AVX512-BF16, no AMX"
-    runs = (("tests", "Xeon, AMX"), ("tests-epyc", epyc), ("tests-epyc-loadscope", epyc), ("tests-epyc-forks", epyc))
+    runs = (
+        ("tests", "Xeon, AMX"),
+        ("tests-epyc", epyc),
+        ("tests-epyc-loadscope", epyc),
+        ("tests-epyc-forks", epyc),
+        ("tests-epyc-issue49", epyc),
+    )
     for name, cpu in runs:
         record = load(folder, name)
         summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
