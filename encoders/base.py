@@ -157,6 +157,16 @@ class EncoderEntry:
     weights: Callable[[Path | None], Path | None] = _nothing_changes  # a weights folder that can change (checkpoints)
 
 
+def why_unavailable(find: Callable[[], object]) -> ModelUnavailable | None:
+    """The ModelUnavailable ``find`` (a look at installed files that raises it) would raise; None if it finds them:
+    an entry's ``missing`` for a model whose files one function locates."""
+    try:
+        find()
+    except ModelUnavailable as absent:
+        return absent
+    return None
+
+
 MODELS_DIR_ENV = "CONE_MODELS_DIR"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cone.encoders.base import TORCH, EncoderEntry, LayeredEncoder, Runtime, cached_folder
+from cone.encoders.base import TORCH, EncoderEntry, LayeredEncoder, Runtime, cached_folder, why_unavailable
 from cone.errors import ModelUnavailable
 
 E5_NAME = "e5"
@@ -182,11 +182,7 @@ def weights_path() -> Path:
 
 def missing() -> ModelUnavailable | None:
     """Why ``load`` would fail, from the files alone; None if the weights are there."""
-    try:
-        weights_path()
-    except ModelUnavailable as absent:
-        return absent
-    return None
+    return why_unavailable(weights_path)
 
 
 def _file_digest(path: Path) -> str:

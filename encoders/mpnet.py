@@ -11,7 +11,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from cone.encoders.base import TORCH, EncoderEntry, LayeredEncoder, Runtime, cached_folder
+from cone.encoders.base import TORCH, EncoderEntry, LayeredEncoder, Runtime, cached_folder, why_unavailable
 from cone.errors import ModelUnavailable
 
 MPNET_NAME = "mpnet"
@@ -37,11 +37,7 @@ def part_files() -> list[Path]:
 
 def missing() -> ModelUnavailable | None:
     """Why ``load`` would fail, from the installed packages alone; None if every part is there."""
-    try:
-        part_files()
-    except ModelUnavailable as absent:
-        return absent
-    return None
+    return why_unavailable(part_files)
 
 
 def unpack(parts: list[Path], folder: Path) -> None:
