@@ -10,7 +10,7 @@ build them: ``pq48.faiss`` (FAISS ``PQ48``, inner product), ``lancedb/`` (table 
 ``vec0`` table ``docs`` of ``int8`` vectors under ``cosine``).
 The corpus vectors come through cone's embedding cache (encoded once, as ``cone index`` and ``cone eval`` do).
 
-Usage: python benchmarks/doctor_indexes.py OUT [--inject cone:0.99] [--model e5]
+Usage: python benchmarks/doctor_indexes.py OUT [--inject cone:0.99] [--model e5] [--layer 12]
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from cone.cli.options import LAYER_HELP, layer
 from cone.data.loaders import data_dir, load_beir
-from cone.encoders.base import QUERY
+from cone.encoders.base import QUERY, Layer
 from cone.encoders.registry import load_encoder
 from cone.geometry import unit_rows
 from cone.indexing import postprocess as pp
@@ -32,13 +33,14 @@ from cone.indexing.factory import make_faiss, train_faiss
 from cone.indexing.lance import build_params, lancedb_module
 
 
-def write_vectors(out: Path, model: str, inject: str) -> tuple[np.ndarray, np.ndarray]:
-    """``vectors.npy``, ``queries.npy`` and ``qrels.tsv`` of SciFact under ``model`` (``inject`` fitted on the
-    documents, applied to both, as an index would) written into ``out``; the documents and queries returned."""
+def write_vectors(out: Path, model: str, inject: str, layer: Layer = "last") -> tuple[np.ndarray, np.ndarray]:
+    """``vectors.npy``, ``queries.npy`` and ``qrels.tsv`` of SciFact under ``model`` at ``layer`` (``inject`` fitted
+    on the documents, applied to both, as an index would) written into ``out``; the documents and queries returned.
+    e5's output is its layer 12 as well as its "last": naming 12 finds the vectors ``cone eval --layers 12`` cached."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out.mkdir(parents=True, exist_ok=True)
     dataset = load_beir(data_dir(), "scifact")
-    encoder = load_encoder(model)
+    encoder = load_encoder(model, layer=layer)
     docs = corpus_vectors(encoder, dataset, progress=False)
     query_ids = sorted(dataset.qrels)
     queries = encoder.encode([dataset.queries[q] for q in query_ids], progress=False, role=QUERY)
@@ -60,8 +62,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--inject", default="none", help="a synthetic degradation of the vectors (cone:0.99)")
     parser.add_argument("--model", default="minilm", help="the encoder (default minilm; e5 for a real cone)")
+    parser.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
     args = parser.parse_args()
-    docs, queries = write_vectors(args.out, args.model, args.inject)
+    docs, queries = write_vectors(args.out, args.model, args.inject, args.layer)
 
     n, dim = docs.shape
     index = make_faiss(dim, "PQ48")

@@ -7,7 +7,7 @@ vectors), on cone's embedded Postgres in OUT/pgdata (or a server of yours: ``--d
 Writes OUT/vectors.npy, queries.npy and qrels.tsv as benchmarks/doctor_indexes.py does (the corpus vectors through
 cone's embedding cache), then prints the ``--index`` location of the table (without a password).
 
-Usage: python benchmarks/doctor_pgvector.py OUT [--inject cone:0.99] [--model minilm] [--dsn postgresql://...]
+Usage: python benchmarks/doctor_pgvector.py OUT [--inject cone:0.99] [--model minilm] [--layer 12] [--dsn postgresql://...]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from doctor_indexes import write_vectors
 
+from cone.cli.options import LAYER_HELP, layer
 from cone.indexing.pgvector_store import COPY_HEADER, COPY_TRAILER, Server, _redacted, copy_rows
 
 TABLE = "docs"
@@ -27,9 +28,10 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--inject", default="none", help="a synthetic degradation of the vectors (cone:0.99)")
     parser.add_argument("--model", default="minilm", help="the encoder (default minilm)")
+    parser.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
     parser.add_argument("--dsn", help="a server of yours (default: cone's embedded one in OUT/pgdata)")
     args = parser.parse_args()
-    docs, _ = write_vectors(args.out, args.model, args.inject)
+    docs, _ = write_vectors(args.out, args.model, args.inject, args.layer)
     n, dim = docs.shape
     data = (args.out / "pgdata").resolve()
     server = Server(_redacted(args.dsn), dsn=args.dsn) if args.dsn else Server("embedded", data=data)

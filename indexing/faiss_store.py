@@ -645,24 +645,69 @@ def _centering_writer(inner: faiss.Index, vectors: np.ndarray) -> Callable[[Path
     return write
 
 
+def _emptied(index: faiss.Index) -> faiss.Index:
+    """A copy of the user's index with no vectors, every trained part to be trained again."""
+    inner = _copy(index)
+    inner.reset()
+    _untrain(inner)
+    return inner
+
+
+# Product-quantizer codes, whose error along a shared direction lands on every inner product and cancels under L2
+# (tests/test_metric_rule.py); their scoring follows metric_type at each level. (A graph does not: an HNSW switched
+# so answers nothing.)
+L2_CODES = (faiss.IndexPQ, faiss.IndexIVFPQ)
+
+
+def _set_metric(index: faiss.Index, metric: int) -> None:
+    """``metric`` at every level that scores: the index, a chain's or id map's inner index, an IVF's coarse
+    quantizer, a graph's storage (each searches by its own ``metric_type``)."""
+    index = faiss.downcast_index(index)
+    index.metric_type = metric
+    for part in ("index", "quantizer", "storage"):
+        inner = getattr(index, part, None)
+        if isinstance(inner, faiss.Index):
+            _set_metric(inner, metric)
+
+
+def _l2_writer(inner: faiss.Index, vectors: np.ndarray) -> Callable[[Path], None]:
+    """Writes ``inner`` (untrained, empty) under L2, trained and filled as the user's was."""
+
+    def write(path: Path) -> None:
+        fixed = _copy(inner)
+        _set_metric(fixed, faiss.METRIC_L2)
+        rows = np.ascontiguousarray(vectors, dtype=np.float32)
+        with native_stdout_silenced():
+            fixed.train(rows)
+        fixed.add_with_ids(rows, np.arange(len(rows), dtype=np.int64)) if _has_id_map(fixed) else fixed.add(rows)
+        faiss.write_index(fixed, str(path))
+
+    return write
+
+
 def user_repairs(index: UserIndex, vectors: np.ndarray) -> list[RepairRecipe]:
     """The user's index structure, emptied and untrained, behind centering and L2 normalization (a binary index
-    becomes IndexLSH behind the same centering: the same d/8 bytes, float queries)."""
-    d = index.dim
+    becomes IndexLSH behind the same centering: the same d/8 bytes, float queries); and, for codes scored by the
+    inner product, the same structure under L2, where a code's error along a shared direction cancels
+    (tests/test_metric_rule.py) and unit rows rank as they do by the inner product."""
+    d, opened = index.dim, lambda p: open_user(p, None)
     if index.metric == HAMMING:
         inner, then = faiss.IndexLSH(d, d, False, False), "IndexLSH(d, d bits: the sign of each centered coordinate)"
         change = "queries go in as float vectors (the index takes their sign bits itself), not packed bits"
     else:
-        inner = _copy(index.handle)
-        inner.reset()
-        _untrain(inner)
+        inner = _emptied(index.handle)
         then, change = f"your {index.kind}, retrained", "none: faiss.read_index loads it; queries go in raw"
     how = (
         f"a new index file: IndexPreTransform(CenteringTransform({d}), NormalizationTransform({d})) in front of "
         f"{then}; --fix OUT.faiss writes it"
     )
     write = _centering_writer(inner, vectors)
-    return [RepairRecipe("center (IndexPreTransform)", how, change, write, lambda p: open_user(p, None), None, True)]
+    made = [RepairRecipe("center (IndexPreTransform)", how, change, write, opened, None, True)]
+    if index.metric == USER_METRIC[faiss.METRIC_INNER_PRODUCT] and isinstance(_innermost(index.handle), L2_CODES):
+        how = f"a new index file: your {index.kind} under faiss.METRIC_L2, retrained; --fix OUT.faiss writes it"
+        change = "none but the scores: squared L2 distances, smaller is nearer (2 - 2 cos on unit rows)"
+        made.append(RepairRecipe("metric l2", how, change, _l2_writer(inner, vectors), opened, None, False, L2))
+    return made
 
 
 class FaissStore:

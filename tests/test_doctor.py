@@ -297,6 +297,10 @@ def test_a_faiss_pq_file_on_coned_vectors_is_named_measured_and_fixed_in_a_file_
     assert report["prescription"]["name"].startswith("center") and report["prescription"]["code_bytes"] == 8
     assert report["prescription"]["p"] < 0.05  # better by the paired test over the queries, not by noise
     assert report["prescription"]["exact_kept"] > 0.9  # centering the clustered space keeps its exact top 10
+    # The same PQ under L2: the code's error along the cone cancels, and unit rows rank as by the inner product
+    by_l2 = next(r for r in report["repairs"] if r["name"] == "metric l2")
+    assert by_l2["exact_kept"] == 1.0 and by_l2["code_bytes"] == 8
+    assert by_l2["recall_at_10"] > 2 * report["recall_at_10"] and by_l2["p"] < 0.05
 
     def recall(index: faiss.Index, space: str) -> float:
         x, q = spaces[space]
