@@ -25,8 +25,9 @@ here), a fixed grid not at all.
 
 Residual coding is not what saves a code: FAISS's IVF,PQ (residuals from the list centres) loses as much as PQ
 under ``dot``. Qdrant (below): a "cosine" that is the inner product of vectors normalized before coding (the decoded
-x̂ is never renormalized) is ``dot`` for the rule; its 1.5- and 2-bit binary and TurboQuant codes, which record a
-centre per dimension, hold under every metric (measured; how Qdrant's scorer uses the centre is not read here); sign
+x̂ is never renormalized) is ``dot`` for the rule; its 1.5-bit binary and TurboQuant codes, which record a centre per
+dimension, hold under Dot (below; under Cosine in docs/eval-stores-db; how Qdrant's scorer uses the centre is not
+read here), as RaBitQ, which codes the direction from a centroid, holds under every metric; sign
 codes with no centre (Qdrant's bq1, sqlite-vec's bit) lose under every metric. Floating-point codes (f16) err by
 2^-11 of each coordinate: even 50× that is below the gaps.
 """
