@@ -14,6 +14,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from geometry_bench import largest_change  # this script's folder is on the path: the rows' own comparison
+
 from cone.output import markdown_table as table
 from cone.output import thousands
 
@@ -26,12 +28,6 @@ def load(folder: Path, name: str) -> dict:
 
 def load_range(record: dict) -> str:
     return f"{record['load_1min_before']:.1f} → {record['load_1min_after']:.1f}"
-
-
-def largest_change(old: dict, new: dict) -> float:
-    """The largest relative difference of any instrument between the old and the new code's first runs."""
-    before, after = old["runs"][0]["values"], new["runs"][0]["values"]
-    return max(abs(after[k] - before[k]) / max(abs(before[k]), 1e-300) for k in before)
 
 
 def geometry(folder: Path) -> str:

@@ -114,7 +114,8 @@ def run_benchmark(
     """The one way a benchmark script runs: its own options, then --json and --record OUT; ``measure(args)`` returns
     the result (JSON types). Printed as ``show(result)`` (JSON with --json, or where there is no ``show``); with
     --record, written as the record that `record.py OUT -- python benchmarks/SCRIPT ... --json` writes (the same
-    schema), in this process (its own peak resident set)."""
+    schema), in this process: its peak resident set is the largest of this process's and of its children's that
+    ended (a server or a fresh process per run that a script starts)."""
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--record", type=Path, metavar="OUT", help="write the result's record (the machine, the "
                         "commit, the load before and after: benchmarks/record.py) to OUT")  # fmt: skip
@@ -129,7 +130,7 @@ def run_benchmark(
     if args.record is None:
         print(json.dumps(result, indent=1) if args.json or show is None else show(result))
         return
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     write(finished(found, time.perf_counter() - start, peak, 0, result), args.record)
 
 

@@ -20,6 +20,13 @@ FIELDS = {"command", "commit", "tree_changed", "cpu", "cores", "flags", "load_1m
 FIELDS |= {"started", "wall_s", "peak_rss_mib", "returncode", "result"}
 
 
+@pytest.fixture(autouse=True)
+def _scripts_folder_on_path(monkeypatch):
+    """As `python benchmarks/NAME.py` puts its own folder first: the scripts import record.py, the tables a
+    benchmark's own helpers."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+
+
 def script(name: str) -> dict:
     return runpy.run_path(str(ROOT / "benchmarks" / f"{name}.py"), run_name="benchmark_under_test")
 
@@ -58,7 +65,6 @@ def test_the_recorder_writes_the_record_and_exits_with_the_benchmarks_status(tmp
 def test_a_script_on_the_runner_writes_the_same_record_itself(tmp_path, monkeypatch, capsys):
     """run_benchmark (record.py), through index_sizes.py: --record OUT writes record.py's record in the script's own
     process, --json prints the result alone, and bad input is one line."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as `python benchmarks/index_sizes.py` has it
     main, out = script("index_sizes")["main"], tmp_path / "r.json"
     fixtures = ROOT / "tests" / "fixtures" / "index-0.1.0"
 

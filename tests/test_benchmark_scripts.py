@@ -169,3 +169,45 @@ def test_a_runner_scripts_text_shows_its_committed_records(monkeypatch):
             assert isinstance(text, str) and len(text.splitlines()) >= 2, record.name
             shown += 1
     assert shown >= 4  # train-speed, regularizer-cost, sweep-cost, index-sizes
+
+
+@pytest.fixture(scope="module")
+def bm25_indexes(shared_tiny_beir, tmp_path_factory) -> Path:
+    """A folder of one index, BM25 over the tiny dataset: what the service benchmarks serve (no model to load)."""
+    from tiny import build_tiny_indexes
+
+    return build_tiny_indexes(tmp_path_factory.mktemp("served"), shared_tiny_beir, None, [])
+
+
+# Each script's options for a short run, and what its result must hold. reload_storm.py serves through the same
+# helper: left out, as each run costs a server's start.
+SERVICE_RUNS = {
+    "idle_sockets": (
+        ["--sockets", "8", "--nofile", "64", "--seconds", "1"],
+        lambda r: (
+            r["connections_opened"] >= 8
+            and r["healthz"]["probes"] >= 1
+            and r["healthz"]["failed"] == r["search"]["failed"] == 0
+        ),
+    ),
+    "reload_soak": (
+        ["--reloads", "3", "--clients", "1"],
+        lambda r: r["reloads"] == 3 and r["errors"] == 0 and list(r["at"]) == ["0"] and r["at"]["0"]["fds"] > 0,
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SERVICE_RUNS)
+def test_a_service_benchmark_serves_a_folder_and_records_what_it_measured(name, bm25_indexes, tmp_path):
+    """Each script that starts `cone serve` (tests/local_service.served), for a second or a few reloads: its record
+    (the runner's schema) holds the machine and a result in which every probe, search and reload was answered."""
+    from cone.cpu import cpu_name
+
+    argv, answered = SERVICE_RUNS[name]
+    out = tmp_path / "record.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--indexes", str(bm25_indexes), *argv]
+    subprocess.run([*command, "--record", str(out)], check=True, cwd=ROOT, timeout=300)
+    found = json.loads(out.read_text())
+    assert found["cpu"] == cpu_name() and found["returncode"] == 0 and found["peak_rss_mib"] > 0
+    assert "cpu" not in found["result"] and answered(found["result"]), found["result"]
