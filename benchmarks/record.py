@@ -31,6 +31,7 @@ from cone.errors import InputError
 from cone.output import git_commit, stdout_to_stderr
 
 ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "docs" / "benchmarks"  # the committed records
 TAIL_LINES = 40
 
 
@@ -132,6 +133,28 @@ def run_benchmark(
         return
     peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     write(finished(found, time.perf_counter() - start, peak, 0, result), args.record)
+
+
+def read_record(folder: Path, name: str) -> dict:
+    """The record ``folder``/NAME.json (docs/benchmarks/NAME.json, as `--record` or this script wrote it)."""
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+def print_from_records(
+    parser: argparse.ArgumentParser, text: Callable[[argparse.Namespace], str], argv: list[str] | None = None
+) -> None:
+    """The one way a page's table or estimate is printed from the records: the script's own options and --records
+    FOLDER, then ``text(args)`` printed. A record that is missing, or lacks what is read from it (a record of
+    another version of its benchmark, or one cut short), is one line, exit 2."""
+    parser.add_argument("--records", type=Path, default=RECORDS, help="the records' folder (default docs/benchmarks)")
+    args = parser.parse_args(argv)
+    try:
+        printed = text(args)
+    except FileNotFoundError as error:
+        parser.exit(2, f"{parser.prog}: no record {error.filename}: run its benchmark with --record OUT\n")
+    except (KeyError, IndexError, TypeError) as error:
+        parser.exit(2, f"{parser.prog}: a record lacks what is read from it ({error!r})\n")
+    print(printed)
 
 
 def main() -> None:
