@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 
 from geometry_bench import largest_change  # this script's folder is on the path: the rows' own comparison
-from record import print_from_records, read_record
+from record import cpu_words, print_from_records, read_record
 
 from cone.output import markdown_table as table
 from cone.output import thousands
@@ -22,6 +22,11 @@ from cone.output import thousands
 
 def load_range(record: dict) -> str:
     return f"{record['load_1min_before']:.1f} → {record['load_1min_after']:.1f}"
+
+
+def machine(record: dict) -> str:
+    """The CPU a record ran on, as its section's **Where:** line names it."""
+    return f"{record['cpu']} ({cpu_words(record)})"
 
 
 def geometry(folder: Path) -> str:
@@ -233,12 +238,12 @@ def ray(folder: Path) -> str:
     rows = []
     for name in ("ray-baseline", "ray-minilm", "ray-stream", "ray-stream-epyc"):
         record = read_record(folder, name)
-        found, cpu = record["result"], "EPYC" if "EPYC" in record["cpu"] else "Xeon"
+        found = record["result"]
         diff = found["max_abs_vector_difference"]
         rows.append(
             [
                 f"{found['model']}, {thousands(found['docs'])}, {found['build']} (`{name}.json`)",
-                f"{cpu}, load {load_range(record)}",
+                f"{machine(record)}, load {load_range(record)}",
                 f"{found['docs_per_s']['local']:.1f} docs/s",
                 f"{found['docs_per_s']['ray']:.1f} docs/s",
                 f"**{found['ray_vs_local']:.2f}×**",
@@ -304,22 +309,14 @@ def tests(folder: Path) -> str:
     then with fewer fresh interpreters): pytest's own summary line (its counts and seconds), the record's wall time
     and its CPU."""
     rows = []
-    epyc = "EPYC, AVX512-BF16, no AMX"
-    runs = (
-        ("tests", "Xeon, AMX"),
-        ("tests-epyc", epyc),
-        ("tests-epyc-loadscope", epyc),
-        ("tests-epyc-forks", epyc),
-        ("tests-epyc-issue49", epyc),
-    )
-    for name, cpu in runs:
+    for name in ("tests", "tests-epyc", "tests-epyc-loadscope", "tests-epyc-forks", "tests-epyc-issue49"):
         record = read_record(folder, name)
         summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
         if summary is None:
             raise KeyError("pytest's summary line")
         counts, _, seconds = summary.strip("= ").rpartition(" in ")
         command = f"`{record['command']}` at {record['commit']}"
-        rows.append([command, cpu, counts, seconds.split(" ")[0], f"{record['wall_s']:.0f} s"])
+        rows.append([command, machine(record), counts, seconds.split(" ")[0], f"{record['wall_s']:.0f} s"])
     return table(["command", "CPU", "result", "pytest's own time", "wall, with the install"], rows)
 
 

@@ -57,6 +57,23 @@ def machine() -> dict:
     }
 
 
+def cpu_words(record: dict) -> str:
+    """How a page names a record's machine after the CPU's name: its cores and the speed flags that choose its
+    kernels ("2 cores, AVX-512 with bf16 and VNNI, no AMX"); two CPUs of one name but other flags read apart."""
+    flags = set(record["flags"])
+    if "avx512f" not in flags:
+        return f"{record['cores']} cores, {'AVX2' if 'avx2' in flags else 'no AVX2'}, no AVX-512"
+    named = {"bf16": "avx512_bf16" in flags, "AMX": "amx_tile" in flags}
+    if not named["AMX"]:  # without AMX, VNNI is what int8 runs on
+        named = {"bf16": named["bf16"], "VNNI": "avx512_vnni" in flags, "AMX": False}
+    has, lacks = [n for n, on in named.items() if on], [n for n, on in named.items() if not on]
+    return (
+        f"{record['cores']} cores, AVX-512"
+        + (f" with {' and '.join(has)}" if has else "")
+        + (f", no {' or '.join(lacks)}" if lacks else "")
+    )
+
+
 def parse_output(stdout: str):
     try:
         return json.loads(stdout)
