@@ -203,15 +203,15 @@ SERVICE_RUNS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SERVICE_RUNS)
-def test_a_service_benchmark_serves_a_folder_and_records_what_it_measured(name, bm25_indexes, tmp_path):
+def test_a_service_benchmark_serves_a_folder_and_records_what_it_measured(name, bm25_indexes, tmp_path, monkeypatch):
     """Each script that starts `cone serve` (tests/local_service.served), for a second or a few reloads: its record
     (the runner's schema) holds the machine and a result in which every probe, search and reload was answered."""
     from cone.cpu import cpu_name
 
-    argv, answered = SERVICE_RUNS[name]
+    options, answered = SERVICE_RUNS[name]
     out = tmp_path / "record.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), "--indexes", str(bm25_indexes), *argv]
-    subprocess.run([*command, "--record", str(out)], check=True, cwd=ROOT, timeout=300)
+    argv = ["--indexes", str(bm25_indexes), *options, "--record", str(out)]
+    run_main(ROOT / "benchmarks" / f"{name}.py", argv, monkeypatch)
     found = json.loads(out.read_text())
     assert found["cpu"] == cpu_name() and found["returncode"] == 0 and found["peak_rss_mib"] > 0
     assert "cpu" not in found["result"] and answered(found["result"]), found["result"]
