@@ -9,35 +9,30 @@ equal, so a rerun benchmark changes the page only through this script.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from geometry_bench import largest_change  # this script's folder is on the path: the rows' own comparison
+from record import cpu_words, print_from_records, read_record
+
 from cone.output import markdown_table as table
 from cone.output import thousands
-
-RECORDS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
-
-
-def load(folder: Path, name: str) -> dict:
-    return json.loads((folder / f"{name}.json").read_text())
 
 
 def load_range(record: dict) -> str:
     return f"{record['load_1min_before']:.1f} → {record['load_1min_after']:.1f}"
 
 
-def largest_change(old: dict, new: dict) -> float:
-    """The largest relative difference of any instrument between the old and the new code's first runs."""
-    before, after = old["runs"][0]["values"], new["runs"][0]["values"]
-    return max(abs(after[k] - before[k]) / max(abs(before[k]), 1e-300) for k in before)
+def machine(record: dict) -> str:
+    """The CPU a record ran on, as its section's **Where:** line names it."""
+    return f"{record['cpu']} ({cpu_words(record)})"
 
 
 def geometry(folder: Path) -> str:
     rows = []
     for name in ("geometry-1m", "geometry-1m-blas-default", "geometry-3x5000", "geometry-3x20000"):
-        record = load(folder, name)
+        record = read_record(folder, name)
         found = record["result"]
         by_impl = {row["impl"].split(" ")[0]: row for row in found["rows"]}
         old, new = by_impl.get("old"), by_impl["new"]
@@ -61,7 +56,7 @@ def geometry(folder: Path) -> str:
 
 
 def train_speed(folder: Path, record: str = "train-speed") -> str:
-    found = load(folder, record)["result"]
+    found = read_record(folder, record)["result"]
     rows = [[row["variant"], thousands(row["tokens_per_s"]), f"{row['ratio']:.2f}×"] for row in found["rows"]]
     return table(["variant", "tokens/s", "vs plain fp32 loop"], rows)
 
@@ -69,7 +64,7 @@ def train_speed(folder: Path, record: str = "train-speed") -> str:
 def train_profile(folder: Path) -> str:
     """Each group's own time per step in the three variants (medians), the rate of the bf16 step's matrix
     products, this CPU's matrix-product peak in each precision, and the bound on the bf16 step."""
-    found = load(folder, "train-profile")["result"]
+    found = read_record(folder, "train-profile")["result"]
     steps, peak = found["steps"], found["peak_gflops"]
     rows = []
     for group, bf16 in steps["bf16"]["groups"].items():
@@ -88,7 +83,7 @@ def train_profile(folder: Path) -> str:
 
 
 def regularizer_cost(folder: Path) -> str:
-    found = load(folder, "regularizer-cost")["result"]
+    found = read_record(folder, "regularizer-cost")["result"]
     rows = [
         [name, f"{row['term_ms']:.1f} ms", f"{100 * row['term_share_of_step']:.2f}%", f"{row['step_ratio']:.3f}×"]
         for name, row in found["terms"].items()
@@ -97,7 +92,7 @@ def regularizer_cost(folder: Path) -> str:
 
 
 def encoders(folder: Path) -> str:
-    found = load(folder, "encoders")["result"]["encoders"]
+    found = read_record(folder, "encoders")["result"]["encoders"]
     rows = [[name, f"{rate:.1f}"] for name, rate in found["docs_per_s"].items()]
     rows.append(["ratio cone minilm / sentence-transformers", f"**{found['ratio']:.3f}**"])
     return table(["path", "docs/s"], rows)
@@ -108,7 +103,7 @@ def precisions(counts: dict[str, int]) -> str:
 
 
 def backends(folder: Path, record: str = "backends") -> str:
-    found = load(folder, record)["result"]
+    found = read_record(folder, record)["result"]
     rows = []
     for row in found["rows"]:
         cosine = f"{row['min_cos_vs_fp32']:.5f}" if "min_cos_vs_fp32" in row else "—"
@@ -119,7 +114,7 @@ def backends(folder: Path, record: str = "backends") -> str:
 
 
 def ann(folder: Path) -> str:
-    rows_in = load(folder, "ann-1m")["result"]["ann"]["rows"]
+    rows_in = read_record(folder, "ann-1m")["result"]["ann"]["rows"]
     flat = rows_in[0]["qps"]
     rows = [
         [
@@ -137,7 +132,7 @@ def ann(folder: Path) -> str:
 def load_runs(folder: Path) -> str:
     rows = []
     for name in ("load-minilm", "load-baseline", "load-baseline-reloads"):
-        found = load(folder, name)["result"]
+        found = read_record(folder, name)["result"]
         for run in found["runs"]:
             single, loaded, reloads = run["one_client"], run["loaded"], run["reloads"]
             batching = "none (`--max-batch 1`)" if run["batching"] == "none" else f"window {run['batching']} ms"
@@ -163,7 +158,7 @@ def load_limit(folder: Path) -> str:
     """Each model's limit (the better of its two in-process ways) and the service under each client count."""
     rows = []
     for name in ("load-limit-minilm", "load-limit-baseline"):
-        record = load(folder, name)
+        record = read_record(folder, name)
         found = record["result"]
         limit = found["limit"]
         for run in found["runs"]:
@@ -187,7 +182,7 @@ def load_limit(folder: Path) -> str:
 
 
 def reload_soak(folder: Path) -> str:
-    found = load(folder, "reload-soak")["result"]
+    found = read_record(folder, "reload-soak")["result"]
     at = found["at"]
     rows = [
         [
@@ -204,7 +199,7 @@ def reload_storm(folder: Path) -> str:
     """16 clients without reloads, then with 2 reload requests a second, in one server: each record a row pair."""
     rows = []
     for name, what in (("reload-storm", "unchanged folder"), ("reload-storm-touch", "an index reopened each reload")):
-        found = load(folder, name)["result"]
+        found = read_record(folder, name)["result"]
         for phase in ("quiet", "storm"):
             r = found[phase]
             storm = phase == "storm"
@@ -226,7 +221,7 @@ def reload_storm(folder: Path) -> str:
 
 
 def sweep_cost(folder: Path) -> str:
-    found = load(folder, "sweep-cost")["result"]
+    found = read_record(folder, "sweep-cost")["result"]
     rows = [
         ["one spec × Flat", f"{found['one_spec_seconds']:.1f}", str(found["one_spec_rows"])],
         [
@@ -242,13 +237,13 @@ def sweep_cost(folder: Path) -> str:
 def ray(folder: Path) -> str:
     rows = []
     for name in ("ray-baseline", "ray-minilm", "ray-stream", "ray-stream-epyc"):
-        record = load(folder, name)
-        found, cpu = record["result"], "EPYC" if "EPYC" in record["cpu"] else "Xeon"
+        record = read_record(folder, name)
+        found = record["result"]
         diff = found["max_abs_vector_difference"]
         rows.append(
             [
                 f"{found['model']}, {thousands(found['docs'])}, {found['build']} (`{name}.json`)",
-                f"{cpu}, load {load_range(record)}",
+                f"{machine(record)}, load {load_range(record)}",
                 f"{found['docs_per_s']['local']:.1f} docs/s",
                 f"{found['docs_per_s']['ray']:.1f} docs/s",
                 f"**{found['ray_vs_local']:.2f}×**",
@@ -262,7 +257,7 @@ def ray(folder: Path) -> str:
 
 
 def stream(folder: Path) -> str:
-    found = load(folder, "stream-1m")["result"]
+    found = read_record(folder, "stream-1m")["result"]
     rows = []
     for name, label in (("in_memory", "in memory"), ("streamed", "`--stream`")):
         build, serve = found[name], found[name]["serve"]
@@ -299,7 +294,7 @@ def stream(folder: Path) -> str:
 
 
 def demo(folder: Path) -> str:
-    found = load(folder, "demo-time")["result"]
+    found = read_record(folder, "demo-time")["result"]
     first, report = (
         f"{found[key]:.1f} s" if found[key] is not None else "not reached" for key in ("first_answer_s", "report_s")
     )
@@ -314,22 +309,14 @@ def tests(folder: Path) -> str:
     then with fewer fresh interpreters): pytest's own summary line (its counts and seconds), the record's wall time
     and its CPU."""
     rows = []
-    epyc = "EPYC, AVX512-BF16, no AMX"
-    runs = (
-        ("tests", "Xeon, AMX"),
-        ("tests-epyc", epyc),
-        ("tests-epyc-loadscope", epyc),
-        ("tests-epyc-forks", epyc),
-        ("tests-epyc-issue49", epyc),
-    )
-    for name, cpu in runs:
-        record = load(folder, name)
+    for name in ("tests", "tests-epyc", "tests-epyc-loadscope", "tests-epyc-forks", "tests-epyc-issue49"):
+        record = read_record(folder, name)
         summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
         if summary is None:
             raise KeyError("pytest's summary line")
         counts, _, seconds = summary.strip("= ").rpartition(" in ")
         command = f"`{record['command']}` at {record['commit']}"
-        rows.append([command, cpu, counts, seconds.split(" ")[0], f"{record['wall_s']:.0f} s"])
+        rows.append([command, machine(record), counts, seconds.split(" ")[0], f"{record['wall_s']:.0f} s"])
     return table(["command", "CPU", "result", "pytest's own time", "wall, with the install"], rows)
 
 
@@ -358,14 +345,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("table", choices=sorted(TABLES), help="which table")
-    parser.add_argument("--records", type=Path, default=RECORDS, help="the records' folder (default docs/benchmarks)")
-    args = parser.parse_args(argv)
-    try:
-        print(TABLES[args.table](args.records))
-    except FileNotFoundError as error:
-        parser.exit(2, f"bench_tables.py: no record {error.filename}: run the benchmark through benchmarks/record.py\n")
-    except (KeyError, IndexError, TypeError) as error:  # a record of another version of its benchmark, or cut short
-        parser.exit(2, f"bench_tables.py: {args.table}: a record lacks what the table shows ({error!r})\n")
+    print_from_records(parser, lambda args: TABLES[args.table](args.records), argv)
 
 
 if __name__ == "__main__":

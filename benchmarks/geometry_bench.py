@@ -6,7 +6,7 @@ Every (size, implementation, repeat) runs in its own fresh subprocess, interleav
 own and each ``measure()`` is cold (SigReg's noise floor not yet cached: one more SigReg call).
 Peak RSS is the process's high-water mark (ru_maxrss); the input matrix alone is N x d x 4 bytes.
 Usage: python benchmarks/geometry_bench.py [--shapes 10000x256 1000000x256 3x5000] [--repeats 2] [--profile]
-       [--blas-threads 1] [--no-baseline] [--json]
+       [--blas-threads 1] [--no-baseline] [--json | --record OUT]
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from cone.cpu import cpu_name
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
 BASELINE = "3f4a745"  # geometry/instruments.py before the one-pass rewrite
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +78,7 @@ def run_one(n: int, d: int, path: str, profile: bool) -> dict:
 
 
 def child(n: int, d: int, path: str, profile: bool, blas_threads: int | None) -> dict:
-    cmd = [sys.executable, __file__, "--one", f"{n}x{d}", "--impl", path] + (["--profile"] if profile else [])
+    cmd = [sys.executable, __file__, "--one", f"{n}x{d}", "--impl", path, "--json"] + (["--profile"] if profile else [])
     env = dict(os.environ)
     if blas_threads:  # read by OpenBLAS when numpy loads it, so it must be set before the child starts
         env.update({name: str(blas_threads) for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
@@ -92,6 +91,64 @@ def parse_shape(text: str) -> tuple[int, int]:
     return n, d
 
 
+def measure(args: argparse.Namespace) -> dict:
+    """Every (shape, implementation) row: the median and peak RSS of its fresh runs, and the runs themselves; with
+    --one, one run in this process (what each child does)."""
+    if args.one:
+        return run_one(*parse_shape(args.one), args.impl, args.profile)
+    git_show = ["git", "show", f"{args.baseline}:geometry/instruments.py"]
+    old_source = subprocess.run(git_show, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        old_path = Path(tmp) / "instruments_baseline.py"
+        old_path.write_text(old_source)
+        impls = {f"old ({args.baseline})": str(old_path), "new (working tree)": str(ROOT / "geometry/instruments.py")}
+        if args.no_baseline:
+            del impls[f"old ({args.baseline})"]
+        runs: dict[tuple[int, int, str], list[dict]] = {}
+        for n, d in map(parse_shape, args.shapes):
+            for repeat in range(args.repeats):
+                for name, path in impls.items():  # interleaved, so drift in machine load hits both alike
+                    run = child(n, d, path, args.profile and repeat == 0, args.blas_threads)
+                    runs.setdefault((n, d, name), []).append(run)
+    rows = [
+        {
+            "n": n,
+            "d": d,
+            "impl": name,
+            "median_s": statistics.median(x["seconds"] for x in r),
+            "peak_rss_mb": max(x["peak_rss_mb"] for x in r),
+            "runs": r,
+        }
+        for (n, d, name), r in runs.items()
+    ]
+    return {"blas_threads": args.blas_threads, "rows": rows}
+
+
+def largest_change(old: dict, new: dict) -> float:
+    """The largest relative difference of any instrument between the old and the new code's first runs."""
+    before, after = old["runs"][0]["values"], new["runs"][0]["values"]
+    return max(abs(after[k] - before[k]) / max(abs(before[k]), 1e-300) for k in before)
+
+
+def show(found: dict) -> str:
+    lines = [f"BLAS threads {found['blas_threads'] or 'default'}"]
+    for n, d in dict.fromkeys((row["n"], row["d"]) for row in found["rows"]):
+        rows = {row["impl"].split(" ")[0]: row for row in found["rows"] if (row["n"], row["d"]) == (n, d)}
+        lines.append(f"\nN = {n:,} x d = {d:,} (input {n * d * 4 / 2**20:.1f} MB)")
+        for row in rows.values():
+            secs = ", ".join(f"{x['seconds']:.2f}" for x in row["runs"])
+            lines.append(
+                f"  {row['impl']:22s} measure() {row['median_s']:7.2f} s (runs {secs}), peak RSS "
+                f"{row['peak_rss_mb']:6.0f} MB (before measure() {max(x['rss_before_mb'] for x in row['runs']):.0f} MB)"
+            )
+        if {"old", "new"} <= set(rows):
+            ratio, change = rows["old"]["median_s"] / rows["new"]["median_s"], largest_change(rows["old"], rows["new"])
+            lines.append(f"  old / new time: {ratio:.1f}x; largest value change {change:.0e}")
+        profiled = [row for row in rows.values() if "profile" in row["runs"][0]]
+        lines += [f"\n  cProfile, {r['impl']}, {n:,} x {d:,}:\n{r['runs'][0]['profile']}" for r in profiled]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", default=["10000x256", "1000000x256"], help="N x d, as 3x5000")
@@ -100,70 +157,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print each implementation's top cProfile rows")
     parser.add_argument("--blas-threads", type=int, help="OpenBLAS threads in the children (default: its own)")
     parser.add_argument("--no-baseline", action="store_true", help="time the working tree only")
-    parser.add_argument("--json", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.one:
-        print(json.dumps(run_one(*parse_shape(args.one), args.impl, args.profile)))
-        return
-    shapes = [parse_shape(s) for s in args.shapes]
-    show = ["git", "show", f"{args.baseline}:geometry/instruments.py"]
-    old_source = subprocess.run(show, capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    load = [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory() as tmp:
-        old_path = Path(tmp) / "instruments_baseline.py"
-        old_path.write_text(old_source)
-        impls = {f"old ({args.baseline})": str(old_path), "new (working tree)": str(ROOT / "geometry/instruments.py")}
-        if args.no_baseline:
-            del impls[f"old ({args.baseline})"]
-        runs: dict[tuple[int, int, str], list[dict]] = {}
-        for n, d in shapes:
-            for repeat in range(args.repeats):
-                for name, path in impls.items():  # interleaved, so drift in machine load hits both alike
-                    run = child(n, d, path, args.profile and repeat == 0, args.blas_threads)
-                    runs.setdefault((n, d, name), []).append(run)
-    load.append(os.getloadavg()[0])
-    if args.json:
-        rows = [
-            {
-                "n": n,
-                "d": d,
-                "impl": name,
-                "median_s": statistics.median(x["seconds"] for x in r),
-                "peak_rss_mb": max(x["peak_rss_mb"] for x in r),
-                "runs": r,
-            }
-            for (n, d, name), r in runs.items()
-        ]
-        print(json.dumps({"blas_threads": args.blas_threads, "rows": rows}, indent=2))
-        return
-    threads = args.blas_threads or "default"
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, BLAS threads {threads}; {args.repeats} fresh process(es) each")
-    print(f"1-minute load average: {load[0]:.1f} before the runs, {load[1]:.1f} after (other work competes above 0)")
-    for n, d in shapes:
-        rows = {name: runs[(n, d, name)] for name in impls}
-        print(f"\nN = {n:,} x d = {d:,} (input {n * d * 4 / 2**20:.1f} MB)")
-        medians = {}
-        for name, r in rows.items():
-            secs = [x["seconds"] for x in r]
-            medians[name] = statistics.median(secs)
-            print(
-                f"  {name:22s} measure() {medians[name]:7.2f} s (runs {', '.join(f'{s:.2f}' for s in secs)}), "
-                f"peak RSS {max(x['peak_rss_mb'] for x in r):6.0f} MB "
-                f"(before measure() {max(x['rss_before_mb'] for x in r):.0f} MB)"
-            )
-        if len(impls) == 2:
-            old_name, new_name = impls
-            worst = max(
-                abs(new - old) / max(abs(old), 1e-300)
-                for old_run, new_run in zip(rows[old_name], rows[new_name], strict=True)
-                for old, new in ((old_run["values"][k], new_run["values"][k]) for k in old_run["values"])
-            )
-            print(f"  old / new time: {medians[old_name] / medians[new_name]:.1f}x; largest value change {worst:.0e}")
-        for name, r in rows.items():
-            if "profile" in r[0]:
-                print(f"\n  cProfile, {name}, {n:,} x {d:,}:\n{r[0]['profile']}")
+    run_benchmark(parser, measure, show)
 
 
 if __name__ == "__main__":

@@ -6,16 +6,13 @@ server closes them (a 408), so the listen queue stays full of idle sockets. Once
 GETs /healthz and then a search on a fresh connection each, every half second for --seconds; each answer's time is
 recorded (one that does not come within --timeout counts as a failure).
 
-Usage: python benchmarks/idle_sockets.py --indexes DIR [--sockets 200] [--nofile 256] [--seconds 20] [--json]
+Usage: python benchmarks/idle_sockets.py --indexes DIR [--sockets 200] [--nofile 256] [--seconds 20]
+       [--json | --record OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
-import resource
-import subprocess
 import sys
 import threading
 import time
@@ -23,28 +20,11 @@ import urllib.parse
 from pathlib import Path
 
 import numpy as np
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
-from cone.cpu import cpu_name
-
+# The loopback helpers live with the tests (they are not part of the installed package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from local_service import free_port, hold_idle, wait_ready  # noqa: E402
-from local_service import stop as stop_server  # noqa: E402 (`stop` here is the holders' Event)
-
-
-def timed_get(port: int, path: str, timeout: float) -> float | None:
-    """Seconds for one GET on a fresh connection, None if no 200 came within ``timeout``."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    start = time.perf_counter()
-    try:
-        connection.request("GET", path)
-        response = connection.getresponse()
-        response.read()
-        ok = response.status == 200
-    except (OSError, http.client.HTTPException):
-        ok = False
-    finally:
-        connection.close()
-    return time.perf_counter() - start if ok else None
+from local_service import hold_idle, served, timed_request  # noqa: E402
 
 
 def summary(times: list[float | None]) -> dict:
@@ -57,6 +37,45 @@ def summary(times: list[float | None]) -> dict:
     }
 
 
+def measure(args: argparse.Namespace) -> dict:
+    stop, opened = threading.Event(), []
+    times: dict[str, list[float | None]] = {"healthz": [], "search": []}
+    with served(args.indexes, args.checkpoints, nofile=args.nofile) as server:
+        query = {"model": server.models[0], "q": "cell protein expression", "k": 10}
+        paths = {"healthz": "/healthz", "search": "/search?" + urllib.parse.urlencode(query)}
+        holders = [
+            threading.Thread(target=hold_idle, args=(server.port, stop, opened), daemon=True)
+            for _ in range(args.sockets)
+        ]
+        try:
+            for holder in holders:
+                holder.start()
+            while len(opened) < args.sockets:  # every holder has connected once
+                time.sleep(0.05)
+            end = time.monotonic() + args.seconds
+            while time.monotonic() < end:
+                for name, path in paths.items():
+                    seconds, status = timed_request(server.port, "GET", path, timeout=args.timeout)
+                    times[name].append(seconds if status == 200 else None)
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            for holder in holders:
+                holder.join(10)
+    found = {"indexes": str(args.indexes), "model": query["model"], "sockets": args.sockets, "nofile": args.nofile}
+    found |= {"seconds": args.seconds, "connections_opened": len(opened)}
+    return found | {name: summary(answers) for name, answers in times.items()}
+
+
+def show(found: dict) -> str:
+    lines = [
+        f"{name}: {r['probes']} probes, {r['failed']} failed, p50 {r['p50_ms']} ms, worst {r['max_ms']} ms"
+        for name, r in ((name, found[name]) for name in ("healthz", "search"))
+    ]
+    opened = f"{found['connections_opened']} connections opened in all"
+    return "\n".join([*lines, f"{found['sockets']} idle sockets under nofile {found['nofile']}: {opened}"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--indexes", type=Path, required=True)
@@ -65,60 +84,7 @@ def main() -> None:
     parser.add_argument("--nofile", type=int, default=256, help="the server's descriptor limit (ulimit -n)")
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--timeout", type=float, default=10, help="seconds a probe waits before it counts as failed")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args()
-
-    port = free_port()
-    command = [sys.executable, "-m", "cone", "serve", "--indexes", str(args.indexes), "--port", str(port)]
-    command += ["--checkpoints", str(args.checkpoints)] if args.checkpoints else []
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, args.nofile))
-
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=limit)
-    stop, opened = threading.Event(), []
-    holders = [threading.Thread(target=hold_idle, args=(port, stop, opened), daemon=True) for _ in range(args.sockets)]
-    health: list[float | None] = []
-    searches: list[float | None] = []
-    try:
-        wait_ready(f"http://127.0.0.1:{port}", timeout=600)
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        connection.request("GET", "/models")
-        model = next(m["name"] for m in json.loads(connection.getresponse().read())["models"] if m["available"])
-        connection.close()
-        search = "/search?" + urllib.parse.urlencode({"model": model, "q": "cell protein expression", "k": 10})
-        for holder in holders:
-            holder.start()
-        while len(opened) < args.sockets:  # every holder has connected once
-            time.sleep(0.05)
-        end = time.monotonic() + args.seconds
-        while time.monotonic() < end:
-            health.append(timed_get(port, "/healthz", args.timeout))
-            searches.append(timed_get(port, search, args.timeout))
-            time.sleep(0.5)
-    finally:
-        stop.set()
-        for holder in holders:
-            holder.join(10)
-        stop_server(server)
-    result = {
-        "cpu": cpu_name(),
-        "indexes": str(args.indexes),
-        "model": model,
-        "sockets": args.sockets,
-        "nofile": args.nofile,
-        "seconds": args.seconds,
-        "connections_opened": len(opened),
-        "healthz": summary(health),
-        "search": summary(searches),
-    }
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    for name in ("healthz", "search"):
-        r = result[name]
-        print(f"{name}: {r['probes']} probes, {r['failed']} failed, p50 {r['p50_ms']} ms, worst {r['max_ms']} ms")
-    print(f"{args.sockets} idle sockets under nofile {args.nofile}: {len(opened)} connections opened in all")
+    run_benchmark(parser, measure, show)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from cone.errors import InputError
 from cone.output import git_commit, stdout_to_stderr
 
 ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "docs" / "benchmarks"  # the committed records
 TAIL_LINES = 40
 
 
@@ -54,6 +55,23 @@ def machine() -> dict:
         "flags": speed_flags(),
         "load_1min_before": os.getloadavg()[0],
     }
+
+
+def cpu_words(record: dict) -> str:
+    """How a page names a record's machine after the CPU's name: its cores and the speed flags that choose its
+    kernels ("2 cores, AVX-512 with bf16 and VNNI, no AMX"); two CPUs of one name but other flags read apart."""
+    flags = set(record["flags"])
+    if "avx512f" not in flags:
+        return f"{record['cores']} cores, {'AVX2' if 'avx2' in flags else 'no AVX2'}, no AVX-512"
+    named = {"bf16": "avx512_bf16" in flags, "AMX": "amx_tile" in flags}
+    if not named["AMX"]:  # without AMX, VNNI is what int8 runs on
+        named = {"bf16": named["bf16"], "VNNI": "avx512_vnni" in flags, "AMX": False}
+    has, lacks = [n for n, on in named.items() if on], [n for n, on in named.items() if not on]
+    return (
+        f"{record['cores']} cores, AVX-512"
+        + (f" with {' and '.join(has)}" if has else "")
+        + (f", no {' or '.join(lacks)}" if lacks else "")
+    )
 
 
 def parse_output(stdout: str):
@@ -114,7 +132,8 @@ def run_benchmark(
     """The one way a benchmark script runs: its own options, then --json and --record OUT; ``measure(args)`` returns
     the result (JSON types). Printed as ``show(result)`` (JSON with --json, or where there is no ``show``); with
     --record, written as the record that `record.py OUT -- python benchmarks/SCRIPT ... --json` writes (the same
-    schema), in this process (its own peak resident set)."""
+    schema), in this process: its peak resident set is the largest of this process's and of its children's that
+    ended (a server or a fresh process per run that a script starts)."""
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--record", type=Path, metavar="OUT", help="write the result's record (the machine, the "
                         "commit, the load before and after: benchmarks/record.py) to OUT")  # fmt: skip
@@ -129,8 +148,30 @@ def run_benchmark(
     if args.record is None:
         print(json.dumps(result, indent=1) if args.json or show is None else show(result))
         return
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     write(finished(found, time.perf_counter() - start, peak, 0, result), args.record)
+
+
+def read_record(folder: Path, name: str) -> dict:
+    """The record ``folder``/NAME.json (docs/benchmarks/NAME.json, as `--record` or this script wrote it)."""
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+def print_from_records(
+    parser: argparse.ArgumentParser, text: Callable[[argparse.Namespace], str], argv: list[str] | None = None
+) -> None:
+    """The one way a page's table or estimate is printed from the records: the script's own options and --records
+    FOLDER, then ``text(args)`` printed. A record that is missing, or lacks what is read from it (a record of
+    another version of its benchmark, or one cut short), is one line, exit 2."""
+    parser.add_argument("--records", type=Path, default=RECORDS, help="the records' folder (default docs/benchmarks)")
+    args = parser.parse_args(argv)
+    try:
+        printed = text(args)
+    except FileNotFoundError as error:
+        parser.exit(2, f"{parser.prog}: no record {error.filename}: run its benchmark with --record OUT\n")
+    except (KeyError, IndexError, TypeError) as error:
+        parser.exit(2, f"{parser.prog}: a record lacks what is read from it ({error!r})\n")
+    print(printed)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from dataclasses import replace
 import torch
 from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
-from cone.cpu import bf16_is_fast, cpu_name
+from cone.cpu import bf16_is_fast
 from cone.geometry.regularizer import TERMS, regularizer_terms
 from cone.models.gpt import GPT, GPTConfig
 from cone.models.train import TrainConfig, make_optimizer, train_step
@@ -66,7 +66,6 @@ def measure(args: argparse.Namespace) -> dict:
         for name in TERMS
     }
     meta = {
-        "cpu": cpu_name(),
         "threads": args.threads,
         "bf16": base_cfg.bf16,
         "rows": base_cfg.reg_rows,
@@ -78,7 +77,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 def show(found: dict) -> str:
     head = (
-        f"{found['cpu']}, {found['threads']} thread(s), bf16 autocast {found['bf16']}, {found['rows']} rows, "
+        f"{found['threads']} thread(s), bf16 autocast {found['bf16']}, {found['rows']} rows, "
         f"step without a term {found['step_s_without_term']:.3f} s (median of {found['rounds']})\n\n"
         "| term | term alone (fwd + bwd) | share of a step | step with term ÷ without |\n|---|---|---|---|"
     )

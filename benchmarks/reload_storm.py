@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import os
-import secrets
-import subprocess
 import sys
 import threading
 import time
@@ -30,37 +27,12 @@ from pathlib import Path
 import numpy as np
 from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
-from cone.cpu import cpu_name
-
 # The loopback helpers live with the tests (they are not part of the installed package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from local_service import free_port, wait_ready  # noqa: E402
-from local_service import stop as stop_server  # noqa: E402 (each benchmark's own `stop` is its Event)
+from local_service import rss_mib, served, timed_request  # noqa: E402
 
 QUERIES = ["vitamin D deficiency", "cell protein expression", "gene therapy trial", "tumor growth in mice"]
 TIMEOUT = 60.0  # seconds any one request may take before it counts as an error
-
-
-def timed(port: int, method: str, path: str, headers: dict | None = None) -> tuple[float, int | None]:
-    """One request on a fresh connection: seconds and status (None: no answer)."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
-    start = time.perf_counter()
-    try:
-        connection.request(method, path, headers=headers or {})
-        response = connection.getresponse()
-        response.read()
-        status = response.status
-    except OSError:
-        status = None
-    finally:
-        connection.close()
-    return time.perf_counter() - start, status
-
-
-def rss_mib(pid: int) -> float:
-    """The server's resident memory now (what a reload that leaks grows)."""
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
 
 
 class Phase:
@@ -119,7 +91,7 @@ def searcher(port: int, models: list[str], offset: int, stop: threading.Event, p
 
 def prober(port: int, stop: threading.Event, phase: list[Phase]) -> None:
     while not stop.wait(0.5):
-        elapsed, status = timed(port, "GET", "/healthz")
+        elapsed, status = timed_request(port, "GET", "/healthz", timeout=TIMEOUT)
         current = phase[0]
         with current.lock:
             if status == 200:
@@ -134,7 +106,7 @@ def reloader(
     def one() -> None:
         if touch is not None:
             os.utime(touch)
-        elapsed, status = timed(port, "POST", "/admin/reload", {"X-API-Key": key})
+        elapsed, status = timed_request(port, "POST", "/admin/reload", {"X-API-Key": key}, TIMEOUT)
         with phase.lock:
             if status == 200:
                 phase.reloads.append(elapsed)
@@ -159,51 +131,40 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    port, key = free_port(), secrets.token_hex(16)
-    command = [sys.executable, "-m", "cone", "serve", "--indexes", str(args.indexes), "--port", str(port)]
-    command += ["--checkpoints", str(args.checkpoints)] if args.checkpoints else []
-    env = {**os.environ, "CONE_ADMIN_KEY": key}
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
     stop = threading.Event()
     quiet, storm = Phase(), Phase()
     current = [quiet]
     threads: list[threading.Thread] = []
     fired: list[threading.Thread] = []
-    try:
-        wait_ready(url, timeout=600)
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
-        connection.request("GET", "/models")
-        models = [m["name"] for m in json.loads(connection.getresponse().read())["models"] if m["available"]]
-        connection.close()
+    with served(args.indexes, args.checkpoints) as server:
+        port, models = server.port, server.models
         threads = [
             threading.Thread(target=searcher, args=(port, models, n, stop, current), daemon=True)
             for n in range(args.clients)
         ]
         threads.append(threading.Thread(target=prober, args=(port, stop, current), daemon=True))
-        for thread in threads:
-            thread.start()
-        time.sleep(args.seconds)
-        rss = {"before_storm": rss_mib(server.pid)}
-        current[0] = storm
-        storming = threading.Event()
-        touch = args.indexes / args.touch / "manifest.json" if args.touch else None
-        reloading = (port, key, args.rate, storming, storm, fired, touch)
-        firing = threading.Thread(target=reloader, args=reloading, daemon=True)
-        firing.start()
-        time.sleep(args.seconds)
-        storming.set()
-        firing.join()
-        for thread in fired:  # the storm's last reloads are answered before the phase ends
-            thread.join(TIMEOUT)
-        rss["after_storm"] = rss_mib(server.pid)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(TIMEOUT)
-        stop_server(server)
+        try:
+            for thread in threads:
+                thread.start()
+            time.sleep(args.seconds)
+            rss = {"before_storm": rss_mib(server.process.pid)}
+            current[0] = storm
+            storming = threading.Event()
+            touch = args.indexes / args.touch / "manifest.json" if args.touch else None
+            reloading = (port, server.key, args.rate, storming, storm, fired, touch)
+            firing = threading.Thread(target=reloader, args=reloading, daemon=True)
+            firing.start()
+            time.sleep(args.seconds)
+            storming.set()
+            firing.join()
+            for thread in fired:  # the storm's last reloads are answered before the phase ends
+                thread.join(TIMEOUT)
+            rss["after_storm"] = rss_mib(server.process.pid)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(TIMEOUT)
     result = {
-        "cpu": cpu_name(),
         "indexes": str(args.indexes),
         "models": models,
         "clients": args.clients,

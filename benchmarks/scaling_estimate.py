@@ -13,11 +13,12 @@ import argparse
 import json
 from pathlib import Path
 
+from record import print_from_records, read_record  # this script's folder is on the path: the records' schema
+
 from cone.indexing.streaming import StreamOptions
 from cone.output import markdown_table
 from cone.output import thousands as fig  # a figure as the docs print it
 
-RECORDS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 DOCS = 100_000_000
 D = 384  # MiniLM's width: the model the estimate encodes with
 LISTS = 65_536
@@ -31,19 +32,15 @@ LIST_HEADER_BYTES = 24  # per list per shard, while FAISS merges the shards' lis
 FACTORIES = ("Flat", "IVF65536,Flat", "HNSW32", "IVF65536,SQ8", "IVF65536,PQ64", "IVF65536,PQ32")
 
 
-def record_of(folder: Path, name: str) -> dict:
-    return json.loads((folder / f"{name}.json").read_text())
-
-
 def result_of(folder: Path, name: str) -> dict:
-    return record_of(folder, name)["result"]
+    return read_record(folder, name)["result"]
 
 
 def inputs(folder: Path) -> dict:
     """The measured figures the estimate rests on, each from its record."""
     minilm = result_of(folder, "ray-minilm")
     backends = {row["variant"]: row for row in result_of(folder, "backends")["rows"]}
-    ann_record = record_of(folder, "ann-1m")
+    ann_record = read_record(folder, "ann-1m")
     ann = {row["factory"]: row for row in ann_record["result"]["ann"]["rows"]}
     sizes = result_of(folder, "index-sizes")
     streamed = next((index for index in sizes.values() if index["stream"]), None)
@@ -291,18 +288,15 @@ BLOCKS = {
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("block", nargs="?", choices=sorted(BLOCKS), help="the page's block to print")
-    parser.add_argument("--records", type=Path, default=RECORDS, help="the records' folder (default docs/benchmarks)")
     parser.add_argument("--json", action="store_true", help="every input and result, by name")
-    args = parser.parse_args(argv)
-    if (args.block is None) == (not args.json):
-        parser.error("give one BLOCK or --json")
-    try:
+
+    def text(args: argparse.Namespace) -> str:
+        if (args.block is None) == (not args.json):
+            parser.error("give one BLOCK or --json")
         found = estimate(args.records)
-    except FileNotFoundError as error:
-        parser.exit(2, f"scaling_estimate.py: no record {error.filename}: run its benchmark through record.py\n")
-    except (KeyError, IndexError, TypeError) as error:  # a record of another version of its benchmark, or cut short
-        parser.exit(2, f"scaling_estimate.py: a record lacks what the estimate reads ({error!r})\n")
-    print(json.dumps(found, indent=1) if args.json else BLOCKS[args.block](found))
+        return json.dumps(found, indent=1) if args.json else BLOCKS[args.block](found)
+
+    print_from_records(parser, text, argv)
 
 
 if __name__ == "__main__":

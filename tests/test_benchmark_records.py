@@ -20,6 +20,13 @@ FIELDS = {"command", "commit", "tree_changed", "cpu", "cores", "flags", "load_1m
 FIELDS |= {"started", "wall_s", "peak_rss_mib", "returncode", "result"}
 
 
+@pytest.fixture(autouse=True)
+def _scripts_folder_on_path(monkeypatch):
+    """As `python benchmarks/NAME.py` puts its own folder first: the scripts import record.py, the tables a
+    benchmark's own helpers."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+
+
 def script(name: str) -> dict:
     return runpy.run_path(str(ROOT / "benchmarks" / f"{name}.py"), run_name="benchmark_under_test")
 
@@ -58,7 +65,6 @@ def test_the_recorder_writes_the_record_and_exits_with_the_benchmarks_status(tmp
 def test_a_script_on_the_runner_writes_the_same_record_itself(tmp_path, monkeypatch, capsys):
     """run_benchmark (record.py), through index_sizes.py: --record OUT writes record.py's record in the script's own
     process, --json prints the result alone, and bad input is one line."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as `python benchmarks/index_sizes.py` has it
     main, out = script("index_sizes")["main"], tmp_path / "r.json"
     fixtures = ROOT / "tests" / "fixtures" / "index-0.1.0"
 
@@ -205,8 +211,9 @@ def test_the_measured_inverted_lists_have_the_faiss_layout_the_estimate_assumes(
 
 
 # Each section of docs/benchmarks.md that names records (`docs/benchmarks/NAME.json`, in its commands or its
-# references) says where they ran in one **Where:** line: the CPU of each, as the records name it (in backticks), and
-# a reference to the highest 1-minute load average among them, before or after.
+# references) says where they ran in one **Where:** line: the CPU of each, as the records name it (in backticks), then
+# its cores and speed flags as record.py's cpu_words puts them (in parentheses: one name can be two CPUs), and a
+# reference to the highest 1-minute load average among them, before or after.
 NAMED = re.compile(r"docs/benchmarks/([\w.-]+)\.json")
 LOAD_REFERENCE = re.compile(r"<!-- from docs/benchmarks/([\w.-]+)\.json#(load_1min_before|load_1min_after) -->")
 LOADS = ("load_1min_before", "load_1min_after")
@@ -225,6 +232,7 @@ def sections(text: str) -> list[tuple[str, list[str]]]:
 
 def where_problems(text: str, records: Path = RECORDS) -> list[str]:
     """What each section's **Where:** line says that its records do not (or the line it lacks)."""
+    cpu_words = script("record")["cpu_words"]
     cpus = {json.loads(path.read_text())["cpu"] for path in records.glob("*.json")}
     problems = []
     for heading, body in sections(text):
@@ -237,8 +245,10 @@ def where_problems(text: str, records: Path = RECORDS) -> list[str]:
             problems.append(f"{heading}: {len(lines)} **Where:** lines, not 1")
             continue
         named, ran = set(re.findall(r"`([^`]+)`", lines[0])) & cpus, {record["cpu"] for record in found.values()}
-        if named != ran:
-            problems.append(f"{heading}: names {sorted(named)}, its records ran on {sorted(ran)}")
+        said = {f"`{record['cpu']}` ({cpu_words(record)}" for record in found.values()}
+        if named != ran or any(words not in lines[0] for words in said):
+            ran_on = ", ".join(words + ")" for words in sorted(said))
+            problems.append(f"{heading}: names {sorted(named)}; its records ran on {ran_on}")
         top = max(record[key] for record in found.values() for key in LOADS)
         cited = [found[name][key] for name, key in LOAD_REFERENCE.findall(lines[0]) if name in found]
         if top not in cited:
@@ -256,7 +266,19 @@ def test_a_section_that_names_another_cpu_or_load_fails():
     section = text[at : text.index("\n#", at + 1)]
     for wrong in (
         section.replace("**Where:** `AMD EPYC`", "**Where:** `Intel(R) Xeon(R) Processor`"),
+        section.replace("VNNI, no AMX)", "AMX)"),
         section.replace("load-limit-minilm.json#load_1min_after", "load-limit-minilm.json#load_1min_before"),
         section.replace("**Where:**", "Where:"),
     ):
         assert wrong != section and len(where_problems(wrong)) == 1
+
+
+def test_a_cpu_of_the_same_name_with_other_flags_is_another_machine(tmp_path):
+    """The AVX-512 VNNI Xeon without bf16 calls itself what the AMX Xeon does: a section naming the AMX Xeon's flags
+    over its record fails, one naming its own passes."""
+    record = {"cpu": "Intel(R) Xeon(R) Processor", "cores": 2, "flags": ["avx2", "fma", "avx512f", "avx512_vnni"]}
+    (tmp_path / "vnni.json").write_text(json.dumps(record | {"load_1min_before": 0.5, "load_1min_after": 0.7}))
+    line = "**Where:** `Intel(R) Xeon(R) Processor` ({}); 0.7<!-- from docs/benchmarks/vnni.json#load_1min_after -->."
+    page = "## A benchmark\n\n{}\n\n`docs/benchmarks/vnni.json`\n"
+    assert where_problems(page.format(line.format("2 cores, AVX-512 with VNNI, no bf16 or AMX")), tmp_path) == []
+    assert len(where_problems(page.format(line.format("2 cores, AVX-512 with bf16 and AMX")), tmp_path)) == 1
