@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +33,8 @@ from cone.indexing.spec import parse_index_type
 from cone.indexing.store import atomic_folder
 from cone.service.app import create_app
 from cone.service.registry import load_entries
+
+from local_service import free_port, stop, wait_ready
 
 pgserver = pytest.importorskip("pgserver")
 sql = pytest.importorskip("psycopg").sql
@@ -314,3 +318,27 @@ def test_64_clients_at_once_are_all_answered_over_one_connection_of_the_index(
     ids = {q: [h["doc_id"] for h in answer["hits"]] for q, answer in alone.items()}
     assert all([h["doc_id"] for h in a.json()["hits"]] == ids[q] and len(ids[q]) == k for q, a in answers)
     assert len(held) > 1 and max(held) <= before and len(opened) == opened_before
+
+
+@pytest.mark.slow
+def test_cone_serve_ended_by_sigterm_is_taken_off_the_embedded_servers_users(
+    pg_data, tiny_beir, tiny_checkpoints, tmp_path
+):
+    """uvicorn raises SIGTERM again after its graceful shutdown: killed by it, `cone serve` would leave its pid on
+    pgserver's list of the server's users for good, and the embedded Postgres would never be stopped. It exits 143
+    through the interpreter's exit handlers instead (the server stays up here: this test process uses it too)."""
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--index-factory", "pg:hnsw"]
+    assert main(argv) == 0
+    port = free_port()
+    serve = [sys.executable, "-m", "cone", "serve", "--indexes", str(tmp_path), "--port", str(port)]
+    server = subprocess.Popen([*serve, "--checkpoints", str(tiny_checkpoints)], stdout=subprocess.DEVNULL)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}")
+        users = json.loads((pg_data / ".handle_pids.json").read_text())
+        assert server.pid in users
+        server.terminate()
+        assert server.wait(60) == 128 + signal.SIGTERM
+    finally:
+        stop(server)
+    assert server.pid not in json.loads((pg_data / ".handle_pids.json").read_text())
