@@ -181,6 +181,32 @@ def load_limit(folder: Path) -> str:
     return table([*header, "service", "÷ limit", "queries per CPU-second: limit / service", "÷ limit's", "load"], rows)
 
 
+def pg_service(folder: Path) -> str:
+    """Each index of the same corpus under the service, beside FAISS Flat, and its store alone (issue 50)."""
+    record = load(folder, "pg-service")
+    found, rows = record["result"], []
+    for factory, index in found["indexes"].items():
+        runs, alone = [run["loaded"] for run in index["runs"]], index["store_alone"]
+        rows.append(
+            [
+                f"`{factory}`",
+                f"{index['recall_at_10_vs_flat']:.3f}",
+                f"{alone['k']['qps']:.0f} / {alone['service']['qps']:.0f} q/s",
+                " + ".join(thousands(run["requests"]) for run in runs) + f", **{index['errors']}**",
+                ", ".join(f"{run['p50_ms']:.0f} / {run['p99_ms']:.0f} ms" for run in runs),
+                f"{index['rps']:.1f} req/s",
+                f"**{index['ratio_to_flat']:.2f}×** ({', '.join(f'{r:.2f}' for r in index['round_ratios_to_flat'])})",
+                f"{index['queries_per_cpu_s']:.1f}",
+                load_range(record),
+            ]
+        )
+    clients = f"{found['connections']} clients × {found['seconds']} s × {found['rounds']}: requests, errors"
+    header = ["index", "recall@10 vs Flat", f"store alone: depth {found['k']} / the service's", clients]
+    return table(
+        [*header, "p50 / p99 each round", "service", "÷ Flat (each round)", "queries per CPU-second", "load"], rows
+    )
+
+
 def reload_soak(folder: Path) -> str:
     found = read_record(folder, "reload-soak")["result"]
     at = found["at"]
@@ -332,6 +358,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "ann": ann,
     "load": load_runs,
     "load-limit": load_limit,
+    "pg-service": pg_service,
     "reload-soak": reload_soak,
     "reload-storm": reload_storm,
     "sweep-cost": sweep_cost,

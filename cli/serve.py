@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from cone.cli.options import (
     add_checkpoints_option,
@@ -171,23 +172,40 @@ def serve(
         # asyncio's Server (cone.service.connections.AcceptGate), and under uvloop would fall back to refusals.
         uvicorn.run(app, host=host, port=port, log_level="warning", http=http, backlog=accept_backlog(), loop="asyncio")
     except SystemExit as exc:  # uvicorn's startup failure (exit 3): the port taken since check_listen, say
+        if exc.code == TERMINATED:
+            raise
         if exc.code:
             raise InputError(f"the service could not start on {host}:{port} (uvicorn exit {exc.code})") from None
+
+
+TERMINATED = 128 + signal.SIGTERM  # the exit status a shell gives a process that SIGTERM ended
+
+
+def exit_on_sigterm(signum: int, frame: object) -> NoReturn:
+    """SIGTERM as an exit. uvicorn shuts down gracefully on SIGTERM, then raises it again with the handler it found
+    back in place: the default one would end the process without the interpreter's exit handlers, and pgserver's
+    handler, which stops the embedded Postgres this process started (or takes this process off its list of users),
+    would never run: the server left running, and never stopped by a later cone process either."""
+    raise SystemExit(TERMINATED)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     if not args.indexes.is_dir():
         raise InputError(f"{args.indexes}: no such folder of indexes (build them with `cone index` or `cone demo`)")
     batching = BatchSettings(args.batch_window_ms, args.max_batch)
-    serve(
-        args.indexes,
-        args.host,
-        args.port,
-        args.checkpoints,
-        args.max_body_bytes,
-        batching,
-        args.request_timeout,
-        args.max_connections,
-        docs=not args.no_docs,
-    )
+    previous = signal.signal(signal.SIGTERM, exit_on_sigterm)  # the command runs in the main thread
+    try:
+        serve(
+            args.indexes,
+            args.host,
+            args.port,
+            args.checkpoints,
+            args.max_body_bytes,
+            batching,
+            args.request_timeout,
+            args.max_connections,
+            docs=not args.no_docs,
+        )
+    finally:  # a caller of main() in its own process (a test) keeps its own handler
+        signal.signal(signal.SIGTERM, previous)
     return 0

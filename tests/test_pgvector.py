@@ -7,7 +7,11 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +33,8 @@ from cone.indexing.spec import parse_index_type
 from cone.indexing.store import atomic_folder
 from cone.service.app import create_app
 from cone.service.registry import load_entries
+
+from local_service import free_port, stop, wait_ready
 
 pgserver = pytest.importorskip("pgserver")
 sql = pytest.importorskip("psycopg").sql
@@ -271,3 +277,68 @@ def test_a_build_that_fails_drops_the_table_it_made(pg_data, tmp_path):
         assert made in tables(pg_data)
         raise RuntimeError("the encoder failed")  # before finish: the temporary folder goes, released first
     assert made not in tables(pg_data) and not target.exists() and not list(tmp_path.iterdir())
+
+
+def test_64_clients_at_once_are_all_answered_over_one_connection_of_the_index(
+    pg_data, tiny_beir, tiny_checkpoints, tmp_path, monkeypatch
+):
+    """The pool is the index's one connection and the batcher's queue in front of it: 64 concurrent searches all
+    answer 200 with their own k hits, and Postgres sees no more connections of the service than before the burst
+    (a connection per request would show dozens: 40 of the 64 run at once in the app's thread pool)."""
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--index-factory", "pg:hnsw"]
+    assert main(argv) == 0
+    model, k = "baseline-pg_hnsw_cosine", 5
+    queries = [f"{word} protein gene" for word in ("cell", "blood", "brain", "virus")]
+    others = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    monitor, opened, server_connect = connect(pg_data), [], Server.connect
+    monkeypatch.setattr(Server, "connect", lambda self, *a, **kw: opened.append(1) or server_connect(self, *a, **kw))
+    with TestClient(create_app(tmp_path, tiny_checkpoints, load_in_background=False)) as client, monitor:
+        alone = {q: client.get("/search", params={"model": model, "q": q, "k": k}).json() for q in queries}
+        before, opened_before = monitor.execute(others).fetchone()[0], len(opened)
+        start, held, done = threading.Barrier(64), [], threading.Event()
+
+        def ask(i: int):
+            start.wait()  # all 64 at once
+            return queries[i % 4], client.get("/search", params={"model": model, "q": queries[i % 4], "k": k})
+
+        def watch():
+            while not done.is_set():
+                held.append(monitor.execute(others).fetchone()[0])
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            with ThreadPoolExecutor(64) as pool:
+                answers = list(pool.map(ask, range(64)))
+        finally:
+            done.set()
+            watcher.join()
+    assert [a.status_code for _, a in answers] == [200] * 64
+    ids = {q: [h["doc_id"] for h in answer["hits"]] for q, answer in alone.items()}
+    assert all([h["doc_id"] for h in a.json()["hits"]] == ids[q] and len(ids[q]) == k for q, a in answers)
+    assert len(held) > 1 and max(held) <= before and len(opened) == opened_before
+
+
+@pytest.mark.slow
+def test_cone_serve_ended_by_sigterm_is_taken_off_the_embedded_servers_users(
+    pg_data, tiny_beir, tiny_checkpoints, tmp_path
+):
+    """uvicorn raises SIGTERM again after its graceful shutdown: killed by it, `cone serve` would leave its pid on
+    pgserver's list of the server's users for good, and the embedded Postgres would never be stopped. It exits 143
+    through the interpreter's exit handlers instead (the server stays up here: this test process uses it too)."""
+    argv = ["index", "--model", "baseline", "--dataset", "tiny", "--data-dir", str(tiny_beir), "--no-progress"]
+    argv += ["--checkpoints", str(tiny_checkpoints), "--out", str(tmp_path), "--index-factory", "pg:hnsw"]
+    assert main(argv) == 0
+    port = free_port()
+    serve = [sys.executable, "-m", "cone", "serve", "--indexes", str(tmp_path), "--port", str(port)]
+    server = subprocess.Popen([*serve, "--checkpoints", str(tiny_checkpoints)], stdout=subprocess.DEVNULL)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}")
+        users = json.loads((pg_data / ".handle_pids.json").read_text())
+        assert server.pid in users
+        server.terminate()
+        assert server.wait(60) == 128 + signal.SIGTERM
+    finally:
+        stop(server)
+    assert server.pid not in json.loads((pg_data / ".handle_pids.json").read_text())
