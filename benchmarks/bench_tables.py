@@ -183,7 +183,7 @@ def load_limit(folder: Path) -> str:
 
 def pg_service(folder: Path) -> str:
     """Each index of the same corpus under the service, beside FAISS Flat, and its store alone (issue 50)."""
-    record = load(folder, "pg-service")
+    record = read_record(folder, "pg-service")
     found, rows = record["result"], []
     for factory, index in found["indexes"].items():
         runs, alone = [run["loaded"] for run in index["runs"]], index["store_alone"]
