@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +140,22 @@ def test_a_prompted_model_keeps_each_roles_prompt_through_the_export(
         assert _cosines(vectors, torch_vectors[role]).min() >= floor
         assert _cosines(vectors, torch_vectors[other]).max() < floor
         assert _cosines(vectors, unprompted).max() < floor
+
+
+def test_an_export_of_the_same_weights_runs_with_the_models_own_prompts(prompted_bert_dir, tmp_path):
+    """The export folder is named by the weights: a second folder of the same weights, its prompts swapped, finds the
+    first one's export, and must still be run with its own prompts."""
+    load_encoder(f"st:{prompted_bert_dir}", runtime=OPENVINO)  # exported with the first folder's prompts
+    swapped = tmp_path / "swapped"
+    shutil.copytree(prompted_bert_dir, swapped)
+    config = swapped / "config_sentence_transformers.json"
+    found = json.loads(config.read_text())
+    found["prompts"] |= {"query": PASSAGE_PREFIX, "passage": QUERY_PREFIX}
+    config.write_text(json.dumps(found))
+    reference, exported = load_encoder(f"st:{swapped}"), load_encoder(f"st:{swapped}", runtime=OPENVINO)
+    assert (exported.prompt(QUERY), exported.prompt(DOCUMENT)) == (PASSAGE_PREFIX, QUERY_PREFIX)
+    for role in ROLES:
+        assert _cosines(exported.encode(SENTENCES, role=role), reference.encode(SENTENCES, role=role)).min() >= 0.9999
 
 
 def test_int8_without_calibration_text_is_one_clear_error(tiny_roberta_dir, tmp_path, monkeypatch):
