@@ -131,7 +131,9 @@ def show(result: dict) -> str:
     for row in result["rows"]:
         extra = ""
         if "min_cos_vs_fp32" in row:
-            cosines = f"{row['min_cos_vs_fp32']:.5f} docs, {row['min_cos_vs_fp32_query']:.5f} queries"
+            cosines = f"{row['min_cos_vs_fp32']:.5f} docs"
+            if "min_cos_vs_fp32_query" in row:  # records before issue 49 measured the documents alone
+                cosines += f", {row['min_cos_vs_fp32_query']:.5f} queries"
             extra = f"  min cos vs fp32 {cosines}  matmuls {row['matmul_precisions'] or '-'}"
         lines.append(f"  {row['variant']:36s} {row['docs_per_s']:7.1f} docs/s  {row['ratio']:5.2f}x{extra}")
     lines += [f"  {'cone ' + tag:36s} unavailable: {reason}" for tag, reason in result["unavailable"].items()]
