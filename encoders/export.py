@@ -190,6 +190,10 @@ def run_by(
         )
     finally:
         quiet.setLevel(level)
+    # The export folder is named by the weights alone, so it may come from another folder of the same weights with
+    # other prompts (e5's "query: " / "passage: " edited, say). Prompts are text put before the tokens, no part of
+    # the graph: the model's own run, never the exporter's.
+    loaded.prompts, loaded.default_prompt_name = dict(model.prompts), model.default_prompt_name
     graph = folder / graph_file(runtime)
     files = [graph, graph.with_suffix(".bin")] if runtime.backend == "openvino" else [graph]
     return loaded, f"{files_fingerprint([f for f in files if f.is_file()])}-{runtime.tag}-{precision}"

@@ -1,11 +1,14 @@
 """Encoder runtimes: a sentence-transformers model exported once to OpenVINO (fp32, bf16, static int8) by
 sentence-transformers' own helpers, recorded in the index, and queries refused when another runtime would
-encode them. The exports here are of a tiny random RoBERTa, so they take seconds."""
+encode them. The exports here are of a tiny random RoBERTa, and of a tiny random BERT with E5's prompt per role, so
+they take seconds."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +17,8 @@ from cone import cpu
 from cone.cli.main import main
 from cone.data.loaders import load_beir
 from cone.encoders import export
-from cone.encoders.base import TORCH, Runtime
+from cone.encoders.base import DOCUMENT, QUERY, ROLES, TORCH, Runtime
+from cone.encoders.e5 import PASSAGE_PREFIX, QUERY_PREFIX
 from cone.encoders.registry import load_encoder
 from cone.errors import DamagedIndex, InputError, ModelUnavailable
 from cone.eval.harness import build_indexes, load_eval_data, run_eval
@@ -45,6 +49,41 @@ def calibrated_data(tiny_beir):
     lines = [" ".join(json.loads(line)["text"].split()[:12]) for line in (tiny_beir / "tiny" / "corpus.jsonl").open()]
     (tiny_beir / "lmtext" / "text.txt").write_text("\n".join(lines * 3) + "\n")
     return tiny_beir
+
+
+@pytest.fixture(scope="module")
+def prompted_bert_dir(tmp_path_factory) -> Path:
+    """A tiny random BERT saved as cone saves e5 (encoders/e5.py): Transformer + mean Pooling + Normalize, with E5's
+    prompts under sentence-transformers' names ``query`` and ``passage``; their words are in its WordPiece vocabulary,
+    so each role's text differs in tokens, not in unknowns."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    root = tmp_path_factory.mktemp("prompted-bert")
+    hf, folder = root / "hf", root / "st"
+    hf.mkdir()
+    words = sorted({word for text in [*SENTENCES, QUERY_PREFIX, PASSAGE_PREFIX] for word in text.split()})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ":", *(w.rstrip(":") for w in words)]
+    (hf / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
+    BertTokenizerFast(str(hf / "vocab.txt"), model_max_length=512).save_pretrained(str(hf))
+    torch.manual_seed(0)
+    # 512 positions, as e5's: sentence-transformers' int8 helper pads its calibration text to 384 tokens, and BERT's
+    # positions are absolute (a model of fewer cannot be calibrated by it)
+    config = BertConfig(vocab_size=len(set(vocab)), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)  # fmt: skip
+    BertModel(config).save_pretrained(str(hf))
+    transformer = Transformer(str(hf), max_seq_length=512)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode="mean"), Normalize()]
+    prompts = {"query": QUERY_PREFIX, "passage": PASSAGE_PREFIX}
+    SentenceTransformer(modules=modules, prompts=prompts, device="cpu").save(str(folder))
+    return folder
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
 def test_runtime_combinations_are_checked_in_one_line():
@@ -80,6 +119,43 @@ def test_int8_is_calibrated_quantized_and_close_to_fp32(tiny_roberta_dir, calibr
     cosines = (fp32 * int8).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(int8, axis=1)
     assert not np.allclose(fp32, int8, atol=1e-6)  # it really runs another graph ...
     assert cosines.min() > 0.9  # ... that still computes the same function
+
+
+@pytest.mark.parametrize(("runtime", "floor"), [(OPENVINO, 0.9999), (OPENVINO_INT8, 0.999)])
+def test_a_prompted_model_keeps_each_roles_prompt_through_the_export(
+    prompted_bert_dir, calibrated_data, runtime, floor
+):
+    """e5's case (issue 49): the exported graph is given each role's prompt, so its query vectors are torch's query
+    vectors and its document vectors torch's document vectors; a prompt dropped or swapped on the way lands on the
+    other role's vectors, or on the unprompted ones, each below the floor."""
+    spec = f"st:{prompted_bert_dir}"
+    reference = load_encoder(spec)
+    exported = load_encoder(spec, runtime=runtime, data_root=calibrated_data)
+    assert exported.runtime == runtime
+    assert (exported.prompt(QUERY), exported.prompt(DOCUMENT)) == (QUERY_PREFIX, PASSAGE_PREFIX)
+    torch_vectors = {role: reference.encode(SENTENCES, role=role) for role in ROLES}
+    unprompted = reference.model.encode(SENTENCES, convert_to_numpy=True)
+    for role, other in (ROLES, ROLES[::-1]):
+        vectors = exported.encode(SENTENCES, role=role)
+        assert _cosines(vectors, torch_vectors[role]).min() >= floor
+        assert _cosines(vectors, torch_vectors[other]).max() < floor
+        assert _cosines(vectors, unprompted).max() < floor
+
+
+def test_an_export_of_the_same_weights_runs_with_the_models_own_prompts(prompted_bert_dir, tmp_path):
+    """The export folder is named by the weights: a second folder of the same weights, its prompts swapped, finds the
+    first one's export, and must still be run with its own prompts."""
+    load_encoder(f"st:{prompted_bert_dir}", runtime=OPENVINO)  # exported with the first folder's prompts
+    swapped = tmp_path / "swapped"
+    shutil.copytree(prompted_bert_dir, swapped)
+    config = swapped / "config_sentence_transformers.json"
+    found = json.loads(config.read_text())
+    found["prompts"] |= {"query": PASSAGE_PREFIX, "passage": QUERY_PREFIX}
+    config.write_text(json.dumps(found))
+    reference, exported = load_encoder(f"st:{swapped}"), load_encoder(f"st:{swapped}", runtime=OPENVINO)
+    assert (exported.prompt(QUERY), exported.prompt(DOCUMENT)) == (PASSAGE_PREFIX, QUERY_PREFIX)
+    for role in ROLES:
+        assert _cosines(exported.encode(SENTENCES, role=role), reference.encode(SENTENCES, role=role)).min() >= 0.9999
 
 
 def test_int8_without_calibration_text_is_one_clear_error(tiny_roberta_dir, tmp_path, monkeypatch):
