@@ -57,13 +57,18 @@ def write_vectors(out: Path, model: str, inject: str, layer: Layer = "last") -> 
     return docs, queries
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def vectors_parser(description: str) -> argparse.ArgumentParser:
+    """The options of ``write_vectors`` (OUT, --inject, --model, --layer), shared with doctor_pgvector.py."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--inject", default="none", help="a synthetic degradation of the vectors (cone:0.99)")
     parser.add_argument("--model", default="minilm", help="the encoder (default minilm; e5 for a real cone)")
     parser.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = vectors_parser(__doc__).parse_args()
     docs, queries = write_vectors(args.out, args.model, args.inject, args.layer)
 
     n, dim = docs.shape

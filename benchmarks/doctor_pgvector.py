@@ -12,23 +12,15 @@ Usage: python benchmarks/doctor_pgvector.py OUT [--inject cone:0.99] [--model mi
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
+from doctor_indexes import vectors_parser, write_vectors
 
-from doctor_indexes import write_vectors
-
-from cone.cli.options import LAYER_HELP, layer
 from cone.indexing.pgvector_store import COPY_HEADER, COPY_TRAILER, Server, _redacted, copy_rows
 
 TABLE = "docs"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--inject", default="none", help="a synthetic degradation of the vectors (cone:0.99)")
-    parser.add_argument("--model", default="minilm", help="the encoder (default minilm)")
-    parser.add_argument("--layer", type=layer, default="last", help=f"which space of the model: {LAYER_HELP}")
+    parser = vectors_parser(__doc__)
     parser.add_argument("--dsn", help="a server of yours (default: cone's embedded one in OUT/pgdata)")
     args = parser.parse_args()
     docs, _ = write_vectors(args.out, args.model, args.inject, args.layer)
