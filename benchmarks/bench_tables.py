@@ -335,7 +335,14 @@ def tests(folder: Path) -> str:
     then with fewer fresh interpreters): pytest's own summary line (its counts and seconds), the record's wall time
     and its CPU."""
     rows = []
-    for name in ("tests", "tests-epyc", "tests-epyc-loadscope", "tests-epyc-forks", "tests-epyc-issue49", "tests-epyc-stop54"):
+    for name in (
+        "tests",
+        "tests-epyc",
+        "tests-epyc-loadscope",
+        "tests-epyc-forks",
+        "tests-epyc-issue49",
+        "tests-epyc-stop54",
+    ):
         record = read_record(folder, name)
         summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
         if summary is None:
