@@ -620,6 +620,18 @@ def _copy(index: faiss.Index) -> faiss.Index:
     return faiss.deserialize_index(faiss.serialize_index(index))
 
 
+def _train_fill_write(fixed: faiss.Index, vectors: np.ndarray, path: Path) -> None:
+    """A repair's index trained on ``vectors``, filled with them as row i = id i, written to ``path``."""
+    rows = np.ascontiguousarray(vectors, dtype=np.float32)
+    with native_stdout_silenced():
+        fixed.train(rows)
+    if _has_id_map(fixed):  # ids as today's, row i = id i: an id map takes them only with add_with_ids
+        fixed.add_with_ids(rows, np.arange(len(rows), dtype=np.int64))
+    else:
+        fixed.add(rows)
+    faiss.write_index(fixed, str(path))
+
+
 def _centering_writer(inner: faiss.Index, vectors: np.ndarray) -> Callable[[Path], None]:
     """Writes ``inner`` (untrained, empty) behind centering and L2 normalization, trained and filled."""
     d = vectors.shape[1]
@@ -633,14 +645,7 @@ def _centering_writer(inner: faiss.Index, vectors: np.ndarray) -> Callable[[Path
         for transform in (faiss.NormalizationTransform(d, 2.0), faiss.CenteringTransform(d)):
             transform.this.disown()
             fixed.prepend_transform(transform)
-        rows = np.ascontiguousarray(vectors, dtype=np.float32)
-        with native_stdout_silenced():
-            fixed.train(rows)
-        if _has_id_map(fixed):  # ids as today's, row i = id i: an id map takes them only with add_with_ids
-            fixed.add_with_ids(rows, np.arange(len(rows), dtype=np.int64))
-        else:
-            fixed.add(rows)
-        faiss.write_index(fixed, str(path))
+        _train_fill_write(fixed, vectors, path)
 
     return write
 
@@ -676,11 +681,7 @@ def _l2_writer(inner: faiss.Index, vectors: np.ndarray) -> Callable[[Path], None
     def write(path: Path) -> None:
         fixed = _copy(inner)
         _set_metric(fixed, faiss.METRIC_L2)
-        rows = np.ascontiguousarray(vectors, dtype=np.float32)
-        with native_stdout_silenced():
-            fixed.train(rows)
-        fixed.add_with_ids(rows, np.arange(len(rows), dtype=np.int64)) if _has_id_map(fixed) else fixed.add(rows)
-        faiss.write_index(fixed, str(path))
+        _train_fill_write(fixed, vectors, path)
 
     return write
 
