@@ -44,9 +44,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
 from cone.data.loaders import data_dir, load_beir
-from cone.errors import ConeError
+from cone.errors import ConeError, InputError
 from cone.service.batching import DEFAULT_MAX_BATCH, BatchSettings
 from cone.service.registry import Entry, load_entries
 
@@ -273,6 +274,66 @@ def connection_counts(text: str) -> list[int]:
     return counts
 
 
+def measure(args: argparse.Namespace) -> dict:
+    args = with_defaults(args)
+    if shutil.which("wrk") is None:
+        raise InputError("wrk not found: `make install` installs it (the Debian package wrk)")
+    ds = load_beir(data_dir(args.data_dir), args.dataset)
+    queries = [ds.queries[q] for q in sorted(ds.qrels)]
+    if not args.limit:
+        queries = queries[:100]
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
+        handle.write(lua_script(args.model, queries))
+    if args.limit:
+        return against_limit(args, queries, Path(handle.name))
+    local_ms = in_process_ms(args.indexes, args.checkpoints, args.model, queries)
+    runs = [serve_and_load(args, Path(handle.name), setting) for setting in args.batching.split(",")]
+    for run in runs:
+        run["overhead_p50_ratio"] = run["one_client"]["p50_ms"] / local_ms
+        run["load_rps_vs_in_process"] = run["loaded"]["rps"] / (1e3 / local_ms)
+    return {"model": args.model, "in_process_ms": local_ms, "connections": args.connections[0], "runs": runs}
+
+
+def show(found: dict) -> str:
+    return show_limit(found) if "limit" in found else show_batching(found)
+
+
+def show_limit(found: dict) -> str:
+    limit = found["limit"]
+    lines = [
+        f"model {found['model']}: limit {limit['qps']:.1f} queries/s ({found['queries']} queries, batch "
+        f"{limit['batch_size']}, {limit['runtime']}; one call on {limit['torch_threads']} torch threads "
+        f"{limit['one_call']['qps']:.1f}, one thread per core {limit['per_core']['qps']:.1f}); "
+        f"{limit['queries_per_cpu_s']:.1f} queries per CPU-second"
+    ]
+    for run in found["runs"]:
+        loaded = run["loaded"]
+        lines.append(
+            f"{run['connections']} clients x {found['seconds']} s: {loaded['requests']} requests, errors "
+            f"{loaded['errors']}, {loaded['rps']:.1f} req/s = {run['ratio_to_limit']:.2f}x the limit, p50 "
+            f"{loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms; {run['queries_per_cpu_s']:.1f} queries "
+            f"per CPU-second (server {run['server_cpu_s']:.1f} s, wrk {run['wrk_cpu_s']:.1f} s) = "
+            f"{run['cpu_ratio_to_limit']:.2f}x the limit's"
+        )
+    return "\n".join(lines)
+
+
+def show_batching(found: dict) -> str:
+    local_ms = found["in_process_ms"]
+    lines = [f"model {found['model']}: in-process encode+search median {local_ms:.2f} ms ({1e3 / local_ms:.1f} q/s)"]
+    for run in found["runs"]:
+        single, loaded, reloads = run["one_client"], run["loaded"], run["reloads"]
+        lines.append(
+            f"batching {run['batching']}: 1 client p50 {single['p50_ms']:.2f} ms (overhead "
+            f"{run['overhead_p50_ratio']:.2f}); {found['connections']} clients: {loaded['requests']} "
+            f"requests, errors {loaded['errors']}, {loaded['rps']:.1f} req/s "
+            f"({run['load_rps_vs_in_process']:.2f}x the in-process loop), p50 {loaded['p50_ms']:.1f} ms, "
+            f"p99 {loaded['p99_ms']:.1f} ms"
+            + (f", reloads {reloads['ok']} ok / {reloads['failed']} failed" if sum(reloads.values()) else "")
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--indexes", type=Path, required=True)
@@ -292,65 +353,19 @@ def main() -> None:
     parser.add_argument("--limit", action="store_true", help="the service against the machine's limit (see above)")
     parser.add_argument("--limit-rounds", type=int, default=3, help="rounds of each way of the limit (median)")
     parser.add_argument("--reload-every", type=float, default=0, help="seconds between /admin/reload calls (0: none)")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    if shutil.which("wrk") is None:
-        raise SystemExit("wrk not found: `make install` installs it (the Debian package wrk)")
+    run_benchmark(parser, measure, show)
+
+
+def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """The mode's defaults, and the combinations refused: --limit loads 16 then 64 clients and serves one batching
+    setting; else one --connections count (16) and three settings."""
     if args.limit and args.batching and "," in args.batching:
-        parser.error("--limit serves one batching setting")
+        raise InputError("--limit serves one batching setting")
     if not args.limit and args.connections and len(args.connections) > 1:
-        parser.error("one --connections count, or --limit")
+        raise InputError("one --connections count, or --limit")
     args.connections = args.connections or ([16, 64] if args.limit else [16])
-    ds = load_beir(data_dir(args.data_dir), args.dataset)
-    queries = [ds.queries[q] for q in sorted(ds.qrels)]
-    if args.limit:
-        with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
-            handle.write(lua_script(args.model, queries))
-        result = against_limit(args, queries, Path(handle.name))
-        if args.json:
-            print(json.dumps(result, indent=2))
-            return
-        limit = result["limit"]
-        print(
-            f"model {args.model}: limit {limit['qps']:.1f} queries/s ({len(queries)} queries, batch "
-            f"{limit['batch_size']}, {limit['runtime']}; one call on {limit['torch_threads']} torch threads "
-            f"{limit['one_call']['qps']:.1f}, one thread per core {limit['per_core']['qps']:.1f}); "
-            f"{limit['queries_per_cpu_s']:.1f} queries per CPU-second"
-        )
-        for run in result["runs"]:
-            loaded = run["loaded"]
-            print(
-                f"{run['connections']} clients x {args.seconds} s: {loaded['requests']} requests, errors "
-                f"{loaded['errors']}, {loaded['rps']:.1f} req/s = {run['ratio_to_limit']:.2f}x the limit, p50 "
-                f"{loaded['p50_ms']:.1f} ms, p99 {loaded['p99_ms']:.1f} ms; {run['queries_per_cpu_s']:.1f} queries "
-                f"per CPU-second (server {run['server_cpu_s']:.1f} s, wrk {run['wrk_cpu_s']:.1f} s) = "
-                f"{run['cpu_ratio_to_limit']:.2f}x the limit's"
-            )
-        return
-    queries = queries[:100]
-    args.batching = args.batching or "none,0,2"
-    local_ms = in_process_ms(args.indexes, args.checkpoints, args.model, queries)
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
-        handle.write(lua_script(args.model, queries))
-    runs = [serve_and_load(args, Path(handle.name), setting) for setting in args.batching.split(",")]
-    for run in runs:
-        run["overhead_p50_ratio"] = run["one_client"]["p50_ms"] / local_ms
-        run["load_rps_vs_in_process"] = run["loaded"]["rps"] / (1e3 / local_ms)
-    result = {"model": args.model, "in_process_ms": local_ms, "connections": args.connections[0], "runs": runs}
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print(f"model {args.model}: in-process encode+search median {local_ms:.2f} ms ({1e3 / local_ms:.1f} q/s)")
-    for run in runs:
-        single, loaded = run["one_client"], run["loaded"]
-        print(
-            f"batching {run['batching']}: 1 client p50 {single['p50_ms']:.2f} ms (overhead "
-            f"{run['overhead_p50_ratio']:.2f}); {args.connections[0]} clients x {args.seconds} s: {loaded['requests']} "
-            f"requests, errors {loaded['errors']}, {loaded['rps']:.1f} req/s "
-            f"({run['load_rps_vs_in_process']:.2f}x the in-process loop), p50 {loaded['p50_ms']:.1f} ms, "
-            f"p99 {loaded['p99_ms']:.1f} ms"
-            + (f", reloads {run['reloads']['ok']} ok / {run['reloads']['failed']} failed" if args.reload_every else "")
-        )
+    args.batching = args.batching or (None if args.limit else "none,0,2")
+    return args
 
 
 if __name__ == "__main__":

@@ -19,7 +19,13 @@ from cone.cli.options import (
     positive_int,
 )
 from cone.errors import InputError
-from cone.service.batching import DEFAULT_BATCHING, DEFAULT_MAX_BATCH, DEFAULT_WINDOW_MS, BatchSettings
+from cone.service.batching import (
+    DEFAULT_BATCHING,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_WINDOW_MS,
+    BatchSettings,
+    usable_cores,
+)
 from cone.service.connections import (
     DEFAULT_REQUEST_TIMEOUT,
     MAX_CONNECTIONS_ENV,
@@ -64,6 +70,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         type=positive_int,
         default=DEFAULT_MAX_BATCH,
         help=f"most searches in one batch; a full one runs at once; 1: no batching (default {DEFAULT_MAX_BATCH})",
+    )
+    p.add_argument(
+        "--parallel-batches",
+        type=positive_int,
+        default=None,
+        help="batches of one torch encoder that run at once, the cores shared out between them as torch threads "
+        "(default: one per usable core, each on one thread; an exported model runs one at a time)",
     )
     p.add_argument(
         "--request-timeout",
@@ -192,7 +205,7 @@ def exit_on_sigterm(signum: int, frame: object) -> NoReturn:
 def run_serve(args: argparse.Namespace) -> int:
     if not args.indexes.is_dir():
         raise InputError(f"{args.indexes}: no such folder of indexes (build them with `cone index` or `cone demo`)")
-    batching = BatchSettings(args.batch_window_ms, args.max_batch)
+    batching = BatchSettings(args.batch_window_ms, args.max_batch, args.parallel_batches or usable_cores())
     previous = signal.signal(signal.SIGTERM, exit_on_sigterm)  # the command runs in the main thread
     try:
         serve(

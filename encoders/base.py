@@ -7,7 +7,7 @@ import hashlib
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -109,6 +109,23 @@ class LayeredEncoder(Encoder, Protocol):
     def encode_layers(
         self, texts: list[str], layers: list[Layer], batch_size: int = 64, progress: bool = False, role: str = DOCUMENT
     ) -> dict[Layer, np.ndarray]: ...
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads for the calls this thread makes inside (None: as they are). torch keeps the count
+    per thread (a thread started meanwhile begins with the last count set), so it is set back on the way out."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def check_layer(name: str, layer: Layer, n_blocks: int) -> Layer:

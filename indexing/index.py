@@ -39,10 +39,6 @@ class SearchResult:
         top = zip(self.scores[query][:k], self.rows[query][:k], strict=True)
         return [self._hit(float(score), int(row)) for score, row in top if row >= 0]
 
-    def query(self, i: int) -> SearchResult:
-        """The ``i``-th query's result alone (a batch's answer to one of its requests)."""
-        return SearchResult(self.scores[i : i + 1], self.rows[i : i + 1], self.docs)
-
     def _hit(self, score: float, row: int) -> Hit:
         record = self.docs[row]  # one read of the table's line: id, title and snippet together
         return Hit(record["id"], score, row, record["title"], record["snippet"])

@@ -3,12 +3,18 @@
 Encoding one query at a time leaves most of a CPU's matrix throughput unused, and requests that queue
 behind one encoder lock wait for each other anyway. Here the first request of a batch leads: it waits
 until the batch is full or its own window has passed, takes up to ``max_batch`` waiting requests, and
-runs them in one call under the encoder lock; every other request only waits for its result. There is
+runs them in one call in one of the encoder's slots; every other request only waits for its result. There is
 no background thread, so an index that a reload drops leaves nothing running behind it.
+
+An encoder that can run two calls at once (torch's) has one slot per core (``BatchSettings.parallel``), each batch
+on one torch thread: while one batch encodes, the next is formed and runs on the other core. One batch on every
+core's torch thread instead wastes what the cores spend waiting for each other: each OpenMP region waits for its
+slowest thread, and the service's own threads (HTTP, JSON) take a core from the encode at any moment.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,15 +28,22 @@ DEFAULT_WINDOW_MS = 0.0  # measured best on 2 cores (docs/benchmarks.md): batche
 DEFAULT_MAX_BATCH = 32
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, as a container's CPU set limits it)."""
+    return len(os.sched_getaffinity(0))
+
+
 @dataclass(frozen=True)
 class BatchSettings:
-    """How long the first request of a batch waits for others, and the largest batch (1: each runs alone).
+    """How long the first request of a batch waits for others, the largest batch (1: each runs alone), and how many
+    batches of one encoder run at once where its encoder allows it (default: one per usable core).
 
     With a window of 0 nothing waits, yet requests that arrive while a batch runs still form the next one:
     batches then grow with the load alone (no added latency when idle)."""
 
     window_ms: float = DEFAULT_WINDOW_MS
     max_batch: int = DEFAULT_MAX_BATCH
+    parallel: int = field(default_factory=usable_cores)
 
 
 DEFAULT_BATCHING = BatchSettings()
@@ -47,22 +60,23 @@ class _Request(Generic[Item, Result]):
 
 
 class MicroBatcher(Generic[Item, Result]):
-    """``submit`` one item, get its result; ``run`` sees a list of items and returns their results in order."""
+    """``submit`` one item, get its result; ``run`` sees a list of items and returns their results in order.
+    ``slots``: the batches that may run at once (a lock: one), shared by every batcher of one encoder."""
 
     def __init__(
         self,
         run: Callable[[Sequence[Item]], Sequence[Result]],
-        lock: threading.Lock,
+        slots: threading.Lock | threading.Semaphore,
         settings: BatchSettings = DEFAULT_BATCHING,
     ) -> None:
-        self._run, self._lock, self.settings = run, lock, settings
+        self._run, self._slots, self.settings = run, slots, settings
         self._waiting: list[_Request[Item, Result]] = []
         self._changed = threading.Condition()
         self._has_leader = False
 
     def submit(self, item: Item) -> Result:
         if self.settings.max_batch <= 1:
-            with self._lock:
+            with self._slots:
                 return self._run([item])[0]
         request: _Request[Item, Result] = _Request(item)
         with self._changed:
@@ -92,7 +106,7 @@ class MicroBatcher(Generic[Item, Result]):
             self._take_and_run_batch()
 
     def _take_and_run_batch(self) -> None:
-        with self._lock:  # requests keep arriving while the previous batch runs: they join this one
+        with self._slots:  # requests keep arriving while the running batches run: they join this one
             with self._changed:
                 batch = self._waiting[: self.settings.max_batch]
                 del self._waiting[: self.settings.max_batch]

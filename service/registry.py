@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cone.encoders.base import TORCH, torch_threads
 from cone.encoders.registry import Encoders, changing_weights, missing
 from cone.errors import ConeError, DamagedIndex, ModelUnavailable, StoreUnavailable
 from cone.indexing import store
@@ -28,7 +29,7 @@ from cone.indexing.location import files_state
 from cone.indexing.manifest import BM25Manifest, DenseManifest, read_manifest
 from cone.indexing.open import index_state, open_index
 from cone.indexing.spec import MODEL_NAMES
-from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher
+from cone.service.batching import DEFAULT_BATCHING, BatchSettings, MicroBatcher, usable_cores
 from cone.service.limits import one_line
 from cone.service.progress import BuildProgress, ModelProgress
 
@@ -39,14 +40,14 @@ SPREAD_DOCS = 10_000
 
 @dataclass
 class Entry:
-    """One model's index (or why there is none). ``lock`` guards encoders that are not re-entrant; concurrent
-    searches are gathered into batches (``batching``) that take it once."""
+    """One model's index (or why there is none). ``lock``: its encoder's slots (``encoder_slots``), shared by the
+    indexes of one encoder; concurrent searches are gathered into batches (``batching``) that each take one."""
 
     name: str
     manifest: DenseManifest | BM25Manifest | None
     index: Index | None = None
     reason: str | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock | threading.Semaphore = field(default_factory=threading.Lock)
     batching: BatchSettings = DEFAULT_BATCHING
     failed: bool = False  # set by ``fail``: the index broke while served; unavailable until a reload
     transient: bool = False  # unavailable because its store's server could not be reached: a 503, tried again
@@ -57,7 +58,8 @@ class Entry:
         # The batcher runs a plain function of the index, never a method of this entry: an entry and its batcher
         # referring to each other would be a cycle that only a full GC frees, and every reload would leave the
         # old entries (their encoders, files and mapped lists) behind until then.
-        self._batcher = MicroBatcher(partial(_search_batch, self.index), self.lock, self.batching)
+        threads = batch_threads(self.index, self.batching)
+        self._batcher = MicroBatcher(partial(_search_batch, self.index, threads), self.lock, self.batching)
 
     @property
     def available(self) -> bool:
@@ -76,29 +78,65 @@ class Entry:
         The request is checked before it gets here (a text, 1 <= k <= MAX_K), so any failure is the index's: it
         marks the entry unavailable and is raised as IndexFailed, never as the store's own exception."""
         try:
-            found: SearchResult = self._batcher.submit((query, k))
-            hits = found.hits(0, k)  # the rows below the top k are there for the spread alone
-            scores = found.scores[0][found.rows[0] >= 0].astype(float)  # stores pad with row -1 (empty IVF probe)
+            found, spread = self._batcher.submit((query, k))
+            return found.hits(0, k), spread
         except StoreUnavailable:  # its server, not the index: a 503 for now, and the next search tries again
             raise
         except Exception as exc:
             raise self.fail(exc) from exc
-        spread_of = scores if len(scores) else np.zeros(1)
-        spread = {
-            "min": float(spread_of.min()),
-            "median": float(np.median(spread_of)),
-            "max": float(spread_of.max()),
-            "n": len(scores),
-        }
-        return hits, spread
 
 
-def _search_batch(index: Index, requests: Sequence[tuple[str, int]]) -> list[SearchResult]:
-    """One encode and one store search for every (query, k) of a batch: each request's own result, its top
-    max(k, spread size), best first."""
+def runs_in_parallel(index: Index | None) -> bool:
+    """Whether calls of this index's encoder may run at once: torch's may; an exported model runs one request at
+    a time (OpenVINO's compiled model holds one infer request), and BM25 has no encoder."""
+    encoder = getattr(index, "encoder", None)
+    return encoder is not None and encoder.runtime.backend == TORCH.backend
+
+
+def encoder_slots(index: Index | None, batching: BatchSettings) -> threading.Lock | threading.Semaphore:
+    """The batches of one encoder that may run at once: ``batching.parallel`` where it runs in parallel, else one."""
+    if runs_in_parallel(index) and batching.parallel > 1:
+        return threading.BoundedSemaphore(batching.parallel)
+    return threading.Lock()
+
+
+def batch_threads(index: Index | None, batching: BatchSettings) -> int | None:
+    """The torch threads each batch runs on: the cores shared out between the batches that run at once (None:
+    torch's own count, where batches run one at a time)."""
+    if not (runs_in_parallel(index) and batching.parallel > 1):
+        return None
+    return max(1, usable_cores() // batching.parallel)
+
+
+def _search_batch(
+    index: Index, threads: int | None, requests: Sequence[tuple[str, int]]
+) -> list[tuple[SearchResult, dict[str, float]]]:
+    """One encode and one store search for every (query, k) of a batch, on ``threads`` torch threads: each request's
+    own top k, best first, and its score spread over the top max(k, spread size) rows, for the batch at once."""
     depth = max(max(k for _, k in requests), min(len(index.docs), SPREAD_DOCS))
-    found = index.search([query for query, _ in requests], depth)
-    return [found.query(i) for i in range(len(requests))]
+    with torch_threads(threads):
+        found = index.search([query for query, _ in requests], depth)
+    return [
+        (SearchResult(found.scores[i : i + 1, :k], found.rows[i : i + 1, :k], found.docs), spread)
+        for i, ((_, k), spread) in enumerate(zip(requests, score_spreads(found), strict=True))
+    ]
+
+
+def score_spreads(found: SearchResult) -> list[dict[str, float]]:
+    """Each query's min, median and max score over the rows found (a store pads with row -1 where it found fewer:
+    an empty IVF probe), and their count; one vectorized pass where every row was found (the usual case)."""
+    valid = found.rows >= 0
+    if valid.all():
+        scores = found.scores.astype(np.float64)
+        rows = zip(scores.min(axis=1), np.median(scores, axis=1), scores.max(axis=1), strict=True)
+        return [{"min": float(a), "median": float(m), "max": float(b), "n": scores.shape[1]} for a, m, b in rows]
+    spreads = []
+    for scores, found_rows in zip(found.scores.astype(np.float64), valid, strict=True):
+        of = scores[found_rows] if found_rows.any() else np.zeros(1)
+        spreads.append(
+            {"min": float(of.min()), "median": float(np.median(of)), "max": float(of.max()), "n": int(found_rows.sum())}
+        )
+    return spreads
 
 
 def _unavailable_model(name: str, folder: Path, checkpoints: Path | None) -> Entry:
@@ -123,7 +161,11 @@ def _source(path: Path, manifest: DenseManifest | BM25Manifest, checkpoints: Pat
 
 
 def _open_entry(
-    path: Path, checkpoints: Path | None, encoders: Encoders, locks: dict[int, threading.Lock], batching: BatchSettings
+    path: Path,
+    checkpoints: Path | None,
+    encoders: Encoders,
+    locks: dict[int, threading.Lock | threading.Semaphore],
+    batching: BatchSettings,
 ) -> Entry:
     """One index as an entry; whatever goes wrong with it makes this entry unavailable, never the service."""
     manifest = None
@@ -139,7 +181,7 @@ def _open_entry(
         return Entry(path.name, manifest, reason=str(exc))
     except Exception as exc:  # a defect this code did not foresee in one index must not stop the others
         return Entry(path.name, manifest, reason=f"{path}: cannot load ({type(exc).__name__}: {str(exc)[:200]})")
-    lock = locks.setdefault(id(getattr(index, "encoder", index)), threading.Lock())
+    lock = locks.setdefault(id(getattr(index, "encoder", index)), encoder_slots(index, batching))
     return Entry(path.name, manifest, index=index, lock=lock, batching=batching, source=source)
 
 
@@ -173,7 +215,7 @@ def load_entries(
     reload after a rebuild re-reads the index, not the weights (loading them was 98% of such a reload: 0.83 s of
     0.85 s for the baseline LM, on 2 cores beside the searches)."""
     encoders = Encoders(checkpoints)  # one loaded encoder per model, shared by its indexes (and so is its lock)
-    locks: dict[int, threading.Lock] = {}
+    locks: dict[int, threading.Lock | threading.Semaphore] = {}
     previous = previous or {}
     paths, notes = store.list_indexes(folder)
     kept = {p.name: previous[p.name] for p in paths if _unchanged(previous.get(p.name), p, checkpoints)}

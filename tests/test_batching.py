@@ -114,3 +114,63 @@ def test_a_leader_whose_wait_fails_still_runs_its_batch_and_hands_on_leadership(
         batcher.submit(1)
     assert run.batches == [[1]] and not batcher._has_leader  # its batch ran; no leader is left behind
     assert submit_all(batcher, [2, 3], threads=2) == [4, 6]  # and the next requests do not hang
+
+
+def test_an_encoder_with_two_slots_runs_two_batches_at_once_and_never_three():
+    """A torch encoder's batches run one per core (BatchSettings.parallel): while one batch runs, the next one is
+    formed and runs beside it; a third waits for a slot."""
+    running, most, lock, release = [0], [0], threading.Lock(), threading.Event()
+
+    def run(items):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        release.wait(10)
+        with lock:
+            running[0] -= 1
+        return [2 * i for i in items]
+
+    batcher = MicroBatcher(run, threading.BoundedSemaphore(2), BatchSettings(window_ms=0, max_batch=1))
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        futures = [pool.submit(batcher.submit, i) for i in range(6)]
+        deadline = time.monotonic() + 10
+        while most[0] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # a third batch, were it let in, would start now
+        assert most[0] == 2
+        release.set()
+        assert sorted(f.result(timeout=30) for f in futures) == [0, 2, 4, 6, 8, 10]
+    assert most[0] == 2
+
+
+def test_slots_and_threads_follow_the_encoders_runtime(monkeypatch):
+    """Two slots of one torch thread each on two cores; an exported model (one infer request) and BM25 (no encoder)
+    one slot on torch's own threads."""
+    from types import SimpleNamespace
+
+    from cone.encoders.base import TORCH, Runtime
+    from cone.service import registry
+
+    monkeypatch.setattr(registry, "usable_cores", lambda: 2)
+    torch_index = SimpleNamespace(encoder=SimpleNamespace(runtime=TORCH))
+    exported = SimpleNamespace(encoder=SimpleNamespace(runtime=Runtime("openvino")))
+    bm25 = SimpleNamespace()
+    two, one = BatchSettings(parallel=2), BatchSettings(parallel=1)
+    assert isinstance(registry.encoder_slots(torch_index, two), threading.BoundedSemaphore)
+    assert registry.batch_threads(torch_index, two) == 1
+    for index, settings in ((exported, two), (bm25, two), (torch_index, one)):
+        assert not isinstance(registry.encoder_slots(index, settings), threading.BoundedSemaphore)
+        assert registry.batch_threads(index, settings) is None
+
+
+def test_torch_threads_are_set_for_the_block_and_set_back():
+    import torch
+
+    from cone.encoders.base import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before

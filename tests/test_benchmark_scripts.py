@@ -155,9 +155,6 @@ def test_make_install_installs_every_program_a_benchmark_or_test_looks_for():
     assert "$(DEBIAN)" in (ROOT / "Makefile").read_text()
 
 
-OFF_THE_RUNNER = {"benchmarks/load_bench.py"}  # its own main while issue 52's item 1 changes it
-
-
 def test_every_recorded_script_is_on_the_runner_and_its_text_shows_its_records():
     """Each Python script a committed record ran is on the runner (record.py's run_benchmark: a measure and a show),
     and prints as text what its records hold."""
@@ -165,14 +162,14 @@ def test_every_recorded_script_is_on_the_runner_and_its_text_shows_its_records()
     for record in RECORDS:
         found = json.loads(record.read_text())
         script = next((w for w in shlex.split(found["command"]) if w.startswith("benchmarks/")), "")
-        if not script.endswith(".py") or script in OFF_THE_RUNNER:
+        if not script.endswith(".py"):
             continue
         namespace = runpy.run_path(str(ROOT / script), run_name="benchmark_under_test")
         assert "show" in namespace and "measure" in namespace, f"{record.name}: {script} is not on the runner"
         text = namespace["show"](found["result"])
         assert isinstance(text, str) and len(text.splitlines()) >= 2, record.name
         shown += 1
-    assert shown >= 24  # every record but the suite's, the demo's (shell) and load_bench.py's
+    assert shown >= 29  # every record but the suite's and the demo's (shell)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from cone.cli import main
 from cone.encoders.base import DOCUMENT, IN_PROCESS, QUERY, TORCH, EncoderEntry, Layer, check_layer
 from cone.encoders.registry import ENCODERS, Encoders, load_encoder, missing
+from cone.indexing.dense import QUERY_BATCH
 from cone.indexing.open import open_index
 from cone.service.app import create_app
 
@@ -27,15 +28,16 @@ class ToyEncoder:
     name, dim, runtime, encoded_on = "toy", DIM, TORCH, IN_PROCESS
     fingerprint = "toy-bag-of-words-1"
 
-    def __init__(self, layer: Layer = "last", seen: list[str] | None = None) -> None:
+    def __init__(self, layer: Layer = "last", seen: list[str] | None = None, sizes: list[int] | None = None) -> None:
         self.layer = check_layer(self.name, layer, 0)
         self.seen = [] if seen is None else seen  # each call's role, shared by every layer of the one encoder
+        self.sizes = [] if sizes is None else sizes  # each call's batch size, likewise
 
     def all_layers(self) -> list[Layer]:
         return ["last"]
 
     def at_layer(self, layer: Layer) -> ToyEncoder:
-        return ToyEncoder(layer, self.seen)
+        return ToyEncoder(layer, self.seen, self.sizes)
 
     @staticmethod
     def _word(word: str) -> np.ndarray:
@@ -44,6 +46,7 @@ class ToyEncoder:
 
     def encode_layers(self, texts, layers, batch_size=64, progress=False, role=DOCUMENT):
         self.seen.append(role)
+        self.sizes.append(batch_size)
         words = [([QUERY_MARK] if role == QUERY else []) + text.lower().split() for text in texts]
         vectors = np.stack([sum((self._word(w) for w in ws), np.zeros(DIM)) for ws in words]).astype(np.float32)
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
@@ -69,6 +72,7 @@ def test_a_toy_encoder_is_indexed_served_and_evaluated_through_the_registry(toy,
     index = open_index(folder, Encoders())
     found = index.search(["cell protein gene"], 5)
     assert toy.seen[-1] == QUERY and len(found.hits(0)) == 5
+    assert toy.sizes[-1] == QUERY_BATCH  # queries in small sorted batches (little padding), documents in large ones
     # The query's role changed its vector (the toy's mark): searching the raw document vector differs.
     assert not np.allclose(index.embed(["cell protein gene"]), toy.encode(["cell protein gene"]))
     with TestClient(create_app(folder.parent, None, load_in_background=False)) as client:
