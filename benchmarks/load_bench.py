@@ -217,6 +217,7 @@ def serving(args: argparse.Namespace, setting: str) -> Iterator[tuple[str, str, 
     server = subprocess.Popen(
         [sys.executable, "-m", "cone", "serve", "--indexes", str(args.indexes), "--port", str(port)]
         + batching_flags(setting)
+        + ["--parallel-batches", str(args.parallel_batches)]
         + (["--checkpoints", str(args.checkpoints)] if args.checkpoints else []),
         stdout=subprocess.DEVNULL,
         env={**os.environ, "CONE_ADMIN_KEY": admin_key},
@@ -262,6 +263,7 @@ def against_limit(args: argparse.Namespace, queries: list[str], script: Path) ->
         "seconds": args.seconds,
         "client_timeout_s": CLIENT_TIMEOUT_S,
         "batching": setting,
+        "parallel_batches": args.parallel_batches,
         "limit": limit,
         "runs": runs,
     }
@@ -291,7 +293,13 @@ def measure(args: argparse.Namespace) -> dict:
     for run in runs:
         run["overhead_p50_ratio"] = run["one_client"]["p50_ms"] / local_ms
         run["load_rps_vs_in_process"] = run["loaded"]["rps"] / (1e3 / local_ms)
-    return {"model": args.model, "in_process_ms": local_ms, "connections": args.connections[0], "runs": runs}
+    return {
+        "model": args.model,
+        "in_process_ms": local_ms,
+        "connections": args.connections[0],
+        "parallel_batches": args.parallel_batches,
+        "runs": runs,
+    }
 
 
 def show(found: dict) -> str:
@@ -350,6 +358,7 @@ def main() -> None:
         default=None,
         help="comma list: none (--max-batch 1) or a window in ms (default none,0,2; --limit: one setting, default 0)",
     )
+    parser.add_argument("--parallel-batches", type=int, default=1, help="the server's --parallel-batches (default 1)")
     parser.add_argument("--limit", action="store_true", help="the service against the machine's limit (see above)")
     parser.add_argument("--limit-rounds", type=int, default=3, help="rounds of each way of the limit (median)")
     parser.add_argument("--reload-every", type=float, default=0, help="seconds between /admin/reload calls (0: none)")

@@ -19,13 +19,7 @@ from cone.cli.options import (
     positive_int,
 )
 from cone.errors import InputError
-from cone.service.batching import (
-    DEFAULT_BATCHING,
-    DEFAULT_MAX_BATCH,
-    DEFAULT_WINDOW_MS,
-    BatchSettings,
-    usable_cores,
-)
+from cone.service.batching import DEFAULT_BATCHING, DEFAULT_MAX_BATCH, DEFAULT_WINDOW_MS, BatchSettings
 from cone.service.connections import (
     DEFAULT_REQUEST_TIMEOUT,
     MAX_CONNECTIONS_ENV,
@@ -74,9 +68,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--parallel-batches",
         type=positive_int,
-        default=None,
+        default=1,
         help="batches of one torch encoder that run at once, the cores shared out between them as torch threads "
-        "(default: one per usable core, each on one thread; an exported model runs one at a time)",
+        "(default 1: one batch on torch's own threads; an exported model runs one batch at a time)",
     )
     p.add_argument(
         "--request-timeout",
@@ -205,7 +199,7 @@ def exit_on_sigterm(signum: int, frame: object) -> NoReturn:
 def run_serve(args: argparse.Namespace) -> int:
     if not args.indexes.is_dir():
         raise InputError(f"{args.indexes}: no such folder of indexes (build them with `cone index` or `cone demo`)")
-    batching = BatchSettings(args.batch_window_ms, args.max_batch, args.parallel_batches or usable_cores())
+    batching = BatchSettings(args.batch_window_ms, args.max_batch, args.parallel_batches)
     previous = signal.signal(signal.SIGTERM, exit_on_sigterm)  # the command runs in the main thread
     try:
         serve(

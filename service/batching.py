@@ -6,10 +6,11 @@ until the batch is full or its own window has passed, takes up to ``max_batch`` 
 runs them in one call in one of the encoder's slots; every other request only waits for its result. There is
 no background thread, so an index that a reload drops leaves nothing running behind it.
 
-An encoder that can run two calls at once (torch's) has one slot per core (``BatchSettings.parallel``), each batch
-on one torch thread: while one batch encodes, the next is formed and runs on the other core. One batch on every
-core's torch thread instead wastes what the cores spend waiting for each other: each OpenMP region waits for its
-slowest thread, and the service's own threads (HTTP, JSON) take a core from the encode at any moment.
+An encoder that can run two calls at once (torch's) may be given several slots (``BatchSettings.parallel``), the
+cores shared out between them as torch threads: while one batch encodes, the next is formed and runs beside it. On
+2 cores (docs/benchmarks.md, "The service against the machine's limit") one slot on torch's own threads served as
+many or more queries per CPU-second, and two slots served more on the wall clock only for MiniLM and under 64
+clients, so one slot is the default.
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ def usable_cores() -> int:
 @dataclass(frozen=True)
 class BatchSettings:
     """How long the first request of a batch waits for others, the largest batch (1: each runs alone), and how many
-    batches of one encoder run at once where its encoder allows it (default: one per usable core).
+    batches of one encoder run at once where its encoder allows it.
 
     With a window of 0 nothing waits, yet requests that arrive while a batch runs still form the next one:
     batches then grow with the load alone (no added latency when idle)."""
 
     window_ms: float = DEFAULT_WINDOW_MS
     max_batch: int = DEFAULT_MAX_BATCH
-    parallel: int = field(default_factory=usable_cores)
+    parallel: int = 1
 
 
 DEFAULT_BATCHING = BatchSettings()

@@ -172,11 +172,12 @@ def test_quick_subset_keeps_every_relevant_document(data_dir):
 # encodes it; the reproduction waits only for a half the other test is encoding, so it never waits on a test queued
 # behind it. The halves meet in the eval's own embedding cache, and the eval then runs whole, as a user's would.
 MINILM_HALVES = (0, 1)
-# Sentence-transformers sorts the texts by length before it cuts batches: in batches of 16 rather than the eval's 64,
-# less of each batch is padding and its activations stay in cache: 8-12% less CPU on one thread (20.9 s against 19.2 s
-# for 256 abstracts, 26.0 s against 22.8 s for 320, on the AMD EPYC); the vectors differ from batch 64's by at most
-# 1.2e-7, and the figures are batch 64's.
-MINILM_BATCH = 16
+# Sentence-transformers sorts the texts by length before it cuts batches: in batches of 8 rather than the eval's 64,
+# less of each batch is padding and its activations stay in cache: on one thread, 320 abstracts took 26.5 s of CPU in
+# batches of 16, 23.5-24.4 s in batches of 8 and 23.3 s in batches of 4 (unrecorded runs on the AMD EPYC with
+# avx512_bf16, 2026-12-08); 256 abstracts 20.9 s at 64 and 19.2 s at 16 before. The vectors differ from batch 64's
+# by float rounding (at most 1.2e-7 at 16), and the figures are batch 64's.
+MINILM_BATCH = 8
 
 
 def _minilm_halves_dir(tmp_path_factory) -> Path:
