@@ -155,9 +155,15 @@ def load_runs(folder: Path) -> str:
 
 
 def load_limit(folder: Path) -> str:
-    """Each model's limit (the better of its two in-process ways) and the service under each client count."""
+    """Each model's limit (the better of its two in-process ways) and the service under each client count, with
+    its batches one at a time (the default) and two at once (--parallel-batches 2)."""
     rows = []
-    for name in ("load-limit-minilm", "load-limit-baseline"):
+    for name in (
+        "load-limit-minilm",
+        "load-limit-minilm-parallel2",
+        "load-limit-baseline",
+        "load-limit-baseline-parallel2",
+    ):
         record = read_record(folder, name)
         found = record["result"]
         limit = found["limit"]
@@ -167,6 +173,7 @@ def load_limit(folder: Path) -> str:
                 [
                     f"{found['model']} (`{name}.json`)",
                     f"{limit['qps']:.1f} q/s ({limit['one_call']['qps']:.1f} / {limit['per_core']['qps']:.1f})",
+                    str(found["parallel_batches"]),
                     str(run["connections"]),
                     f"{thousands(loaded['requests'])}, **{loaded['errors']}**",
                     f"{loaded['p50_ms']:.1f} / {loaded['p99_ms']:.1f} ms",
@@ -177,8 +184,28 @@ def load_limit(folder: Path) -> str:
                     load_range(record),
                 ]
             )
-    header = ["model", "limit (one call / one thread per core)", "clients", "requests, errors", "p50 / p99"]
-    return table([*header, "service", "÷ limit", "queries per CPU-second: limit / service", "÷ limit's", "load"], rows)
+    header = ["model", "limit (one call / one thread per core)", "batches at once", "clients", "requests, errors"]
+    header += ["p50 / p99", "service", "÷ limit", "queries per CPU-second: limit / service", "÷ limit's", "load"]
+    return table(header, rows)
+
+
+def query_batch(folder: Path) -> str:
+    """What a query costs to encode by the encode call's batch size, random gathered batches, each model."""
+    rows = []
+    for name in ("query-batch-baseline", "query-batch-minilm"):
+        found = read_record(folder, name)["result"]
+        for row in found["rows"]:
+            rows.append(
+                [
+                    f"{found['model']} (`{name}.json`)",
+                    str(row["threads"]),
+                    str(row["batch_size"]),
+                    f"{row['wall_ms_per_query']:.2f} ms",
+                    f"{row['cpu_ms_per_query']:.2f} ms",
+                ]
+            )
+    header = ["model", "torch threads", "batch size", "wall a query", "CPU a query"]
+    return table(header, rows)
 
 
 def pg_service(folder: Path) -> str:
@@ -365,6 +392,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "ann": ann,
     "load": load_runs,
     "load-limit": load_limit,
+    "query-batch": query_batch,
     "pg-service": pg_service,
     "reload-soak": reload_soak,
     "reload-storm": reload_storm,

@@ -31,9 +31,9 @@ PARAMS_FILE = "postprocess.npz"
 CACHE_ENV = "CONE_CACHE_DIR"
 COUNTED_BATCH = 64  # documents per encode call when each is counted: the encoders' own batch size
 # Queries per encode call. sentence-transformers sorts a call's texts by length before it cuts them into batches,
-# so a few requests gathered by the service (or a query set) are padded only to their neighbour's length: in random
-# batches of 16 SciFact queries, batches of 8 cost 2.55 ms (LM) and 9.0 ms (MiniLM) of CPU a query on one torch
-# thread, against 3.3 and 10.6 in one batch of 16 (benchmarks/query_batch.py, docs/benchmarks.md).
+# so a few requests gathered by the service (or a query set) are padded only to their neighbour's length: random
+# batches of 16 SciFact queries cost the least in batches of 8, on torch's threads and on one (recorded by
+# benchmarks/query_batch.py: docs/benchmarks/query-batch-*.json, docs/benchmarks.md).
 QUERY_BATCH = 8
 
 

@@ -267,7 +267,7 @@ def test_a_section_that_names_another_cpu_or_load_fails():
     for wrong in (
         section.replace("**Where:** `AMD EPYC`", "**Where:** `Intel(R) Xeon(R) Processor`"),
         section.replace("VNNI, no AMX)", "AMX)"),
-        section.replace("load-limit-minilm.json#load_1min_after", "load-limit-minilm.json#load_1min_before"),
+        section.replace("parallel2.json#load_1min_after", "parallel2.json#load_1min_before"),
         section.replace("**Where:**", "Where:"),
     ):
         assert wrong != section and len(where_problems(wrong)) == 1
