@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.routing import APIRoute
-from pydantic import StringConstraints
+from pydantic import BaseModel, StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cone import __version__
@@ -89,7 +89,8 @@ class JSONBodyRoute(APIRoute):
 router = APIRouter(route_class=JSONBodyRoute)
 
 
-def get_registry(request: Request) -> Registry:
+async def get_registry(request: Request) -> Registry:
+    # async: it only reads, and FastAPI runs a plain def dependency in its thread pool, a trip each request.
     registry: Registry = request.app.state.registry
     if not registry.ready.is_set():
         raise HTTPException(503, "indexes are still loading; see GET /readyz")
@@ -199,15 +200,23 @@ def models(registry: RegistryDep) -> ModelsResponse:
     return ModelsResponse(models=[info(e, registry.building(e.name)) for e in registry.entries.values()])
 
 
+def serialized(answer: BaseModel) -> Response:
+    """A response model's JSON, written once here. FastAPI would dump a returned model to a dict, validate it against
+    the route's model again (in a second trip to the thread pool, for a sync route) and serialize it: the work of
+    every search, and the service's rate is bound by such Python (docs/benchmarks.md). The route still declares its
+    model, for the schema and the docs."""
+    return Response(answer.model_dump_json(), media_type="application/json")
+
+
 @router.get("/search", response_model=SearchResponse, responses=ERRORS)
-def search_get(registry: RegistryDep, model: ModelName, params: Annotated[SearchQuery, Query()]) -> SearchResponse:
+def search_get(registry: RegistryDep, model: ModelName, params: Annotated[SearchQuery, Query()]) -> Response:
     """Ranked hits with cosine scores, and this query's score spread over the whole corpus."""
-    return search_entry(find_entry(registry, model), params.q, params.k)
+    return serialized(search_entry(find_entry(registry, model), params.q, params.k))
 
 
 @router.post("/search", response_model=SearchResponse, responses=ERRORS)
-def search_post(registry: RegistryDep, body: SearchRequest) -> SearchResponse:
-    return search_entry(find_entry(registry, body.model), body.q, body.k)
+def search_post(registry: RegistryDep, body: SearchRequest) -> Response:
+    return serialized(search_entry(find_entry(registry, body.model), body.q, body.k))
 
 
 def chosen_entries(registry: Registry, names: list[str] | None) -> list[Entry]:
