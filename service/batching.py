@@ -8,9 +8,9 @@ no background thread, so an index that a reload drops leaves nothing running beh
 
 An encoder that can run two calls at once (torch's) may be given several slots (``BatchSettings.parallel``), the
 cores shared out between them as torch threads: while one batch encodes, the next is formed and runs beside it. On
-2 cores (docs/benchmarks.md, "The service against the machine's limit") one slot on torch's own threads served as
-many or more queries per CPU-second, and two slots served more on the wall clock only for MiniLM and under 64
-clients, so one slot is the default.
+2 cores (docs/benchmarks.md, "The service against the machine's limit") two slots cost more CPU a request at 16
+clients (smaller batches), and their gain on the wall clock at 64 clients came and went between recordings: one slot
+is the default.
 """
 
 from __future__ import annotations
