@@ -369,6 +369,7 @@ def tests(folder: Path) -> str:
         "tests-epyc-forks",
         "tests-epyc-issue49",
         "tests-epyc-stop54",
+        "tests-epyc-stop55",
     ):
         record = read_record(folder, name)
         summary = next((line for line in reversed(record["result"]["stdout_tail"]) if " passed" in line), None)
