@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
+from cone.cli.options import positive_int
 from cone.data.loaders import data_dir, load_beir
 from cone.errors import ConeError, InputError
 from cone.service.batching import DEFAULT_MAX_BATCH, BatchSettings
@@ -358,7 +359,9 @@ def main() -> None:
         default=None,
         help="comma list: none (--max-batch 1) or a window in ms (default none,0,2; --limit: one setting, default 0)",
     )
-    parser.add_argument("--parallel-batches", type=int, default=1, help="the server's --parallel-batches (default 1)")
+    parser.add_argument(
+        "--parallel-batches", type=positive_int, default=1, help="the server's --parallel-batches (default 1)"
+    )
     parser.add_argument("--limit", action="store_true", help="the service against the machine's limit (see above)")
     parser.add_argument("--limit-rounds", type=int, default=3, help="rounds of each way of the limit (median)")
     parser.add_argument("--reload-every", type=float, default=0, help="seconds between /admin/reload calls (0: none)")

@@ -18,9 +18,11 @@ import numpy as np
 import torch
 from record import run_benchmark  # this script's folder is on the path: the one runner and record
 
+from cone.cli.options import positive_int
 from cone.data.loaders import data_dir, load_beir
 from cone.encoders.base import QUERY
 from cone.encoders.registry import load_encoder
+from cone.errors import InputError
 
 SIZES = (32, 16, 8, 4, 2, 1)
 
@@ -28,6 +30,8 @@ SIZES = (32, 16, 8, 4, 2, 1)
 def measure(args: argparse.Namespace) -> dict:
     ds = load_beir(data_dir(args.data_dir), args.dataset)
     queries = [ds.queries[q] for q in sorted(ds.qrels)]
+    if args.gathered > len(queries):
+        raise InputError(f"--gathered {args.gathered}: {args.dataset} has {len(queries)} test queries")
     encoder = load_encoder(args.model, args.checkpoints)
     rng = np.random.default_rng(0)
     gathered = [list(rng.choice(queries, args.gathered, replace=False)) for _ in range(args.rounds)]
@@ -67,8 +71,8 @@ def main() -> None:
     parser.add_argument("--checkpoints", type=Path, default=None, help="default: $CONE_CHECKPOINTS or the shipped ones")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--dataset", default="scifact")
-    parser.add_argument("--gathered", type=int, default=16, help="queries a batch of the service holds")
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--gathered", type=positive_int, default=16, help="queries a batch of the service holds")
+    parser.add_argument("--rounds", type=positive_int, default=20)
     run_benchmark(parser, measure, show)
 
 

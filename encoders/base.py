@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -111,21 +112,30 @@ class LayeredEncoder(Encoder, Protocol):
     ) -> dict[Layer, np.ndarray]: ...
 
 
+@functools.cache
+def _torch_default_threads() -> int:
+    """torch's intra-op thread count as the process had it before ``torch_threads`` first changed it."""
+    import torch
+
+    return torch.get_num_threads()
+
+
 @contextlib.contextmanager
 def torch_threads(threads: int | None) -> Iterator[None]:
-    """torch's intra-op threads for the calls this thread makes inside (None: as they are). torch keeps the count
-    per thread (a thread started meanwhile begins with the last count set), so it is set back on the way out."""
+    """torch's intra-op threads for the calls this thread makes inside (None: as they are). torch keeps the count per
+    thread, and setting it also sets what threads started later begin with; so the way out sets the process's own
+    count again (not this thread's count before: two blocks that overlap would leave the lower one for good)."""
     if threads is None:
         yield
         return
     import torch
 
-    before = torch.get_num_threads()
+    default = _torch_default_threads()
     torch.set_num_threads(threads)
     try:
         yield
     finally:
-        torch.set_num_threads(before)
+        torch.set_num_threads(default)
 
 
 def check_layer(name: str, layer: Layer, n_blocks: int) -> Layer:

@@ -30,8 +30,11 @@ DEFAULT_MAX_BATCH = 32
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity, as a container's CPU set limits it)."""
-    return len(os.sched_getaffinity(0))
+    """The cores this process may run on (its affinity, as a container's CPU set limits it; the machine's cores where
+    the system keeps no affinity, as macOS does not)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

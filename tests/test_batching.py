@@ -116,9 +116,10 @@ def test_a_leader_whose_wait_fails_still_runs_its_batch_and_hands_on_leadership(
     assert submit_all(batcher, [2, 3], threads=2) == [4, 6]  # and the next requests do not hang
 
 
-def test_an_encoder_with_two_slots_runs_two_batches_at_once_and_never_three():
-    """A torch encoder's batches run one per core (BatchSettings.parallel): while one batch runs, the next one is
-    formed and runs beside it; a third waits for a slot."""
+@pytest.mark.parametrize("max_batch", [1, 2])
+def test_an_encoder_with_two_slots_runs_two_batches_at_once_and_never_three(max_batch):
+    """An encoder with two slots (BatchSettings.parallel): while one batch runs, the next one is formed and runs
+    beside it; a third waits for a slot. Each request alone (max_batch 1), and gathered (the leader's hand-off)."""
     running, most, lock, release = [0], [0], threading.Lock(), threading.Event()
 
     def run(items):
@@ -130,7 +131,7 @@ def test_an_encoder_with_two_slots_runs_two_batches_at_once_and_never_three():
             running[0] -= 1
         return [2 * i for i in items]
 
-    batcher = MicroBatcher(run, threading.BoundedSemaphore(2), BatchSettings(window_ms=0, max_batch=1))
+    batcher = MicroBatcher(run, threading.BoundedSemaphore(2), BatchSettings(window_ms=0, max_batch=max_batch))
     with ThreadPoolExecutor(max_workers=6) as pool:
         futures = [pool.submit(batcher.submit, i) for i in range(6)]
         deadline = time.monotonic() + 10
@@ -166,11 +167,44 @@ def test_slots_and_threads_follow_the_encoders_runtime(monkeypatch):
 def test_torch_threads_are_set_for_the_block_and_set_back():
     import torch
 
+    from cone.encoders import base
     from cone.encoders.base import torch_threads
 
-    before = torch.get_num_threads()
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)  # under pytest-xdist a worker has 1 (tests/conftest.py): 1 could not tell a wrong restore
+    base._torch_default_threads.cache_clear()
+    try:
+        _overlapping_blocks_leave_the_process_count(torch, torch_threads, before=2)
+    finally:
+        torch.set_num_threads(saved)
+        base._torch_default_threads.cache_clear()
+
+
+def _overlapping_blocks_leave_the_process_count(torch, torch_threads, before: int) -> None:
     with torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
     with torch_threads(None):
         assert torch.get_num_threads() == before
+
+    # Two batches that overlap, the first in leaving first: a thread started afterwards has the process's count.
+    inside, first_out = threading.Barrier(2), threading.Event()
+
+    def batch(leaves_first: bool) -> None:
+        with torch_threads(1):
+            inside.wait(10)
+            if not leaves_first:
+                first_out.wait(10)
+        if leaves_first:
+            first_out.set()
+
+    workers = [threading.Thread(target=batch, args=(first,)) for first in (True, False)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(10)
+    seen = []
+    later = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    later.start()
+    later.join(10)
+    assert seen == [before]
