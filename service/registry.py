@@ -86,26 +86,24 @@ class Entry:
             raise self.fail(exc) from exc
 
 
-def runs_in_parallel(index: Index | None) -> bool:
-    """Whether calls of this index's encoder may run at once: torch's may; an exported model runs one request at
-    a time (OpenVINO's compiled model holds one infer request), and BM25 has no encoder."""
+def parallel_batches(index: Index | None, batching: BatchSettings) -> int:
+    """The batches of this index's encoder that may run at once: ``batching.parallel`` for torch's, which runs calls
+    side by side; one for an exported model (OpenVINO's compiled model holds one infer request) and for BM25."""
     encoder = getattr(index, "encoder", None)
-    return encoder is not None and encoder.runtime.backend == TORCH.backend
+    return batching.parallel if encoder is not None and encoder.runtime.backend == TORCH.backend else 1
 
 
 def encoder_slots(index: Index | None, batching: BatchSettings) -> threading.Lock | threading.Semaphore:
-    """The batches of one encoder that may run at once: ``batching.parallel`` where it runs in parallel, else one."""
-    if runs_in_parallel(index) and batching.parallel > 1:
-        return threading.BoundedSemaphore(batching.parallel)
-    return threading.Lock()
+    """A slot for each batch of one encoder that may run at once (one: a lock)."""
+    batches = parallel_batches(index, batching)
+    return threading.BoundedSemaphore(batches) if batches > 1 else threading.Lock()
 
 
 def batch_threads(index: Index | None, batching: BatchSettings) -> int | None:
     """The torch threads each batch runs on: the cores shared out between the batches that run at once (None:
     torch's own count, where batches run one at a time)."""
-    if not (runs_in_parallel(index) and batching.parallel > 1):
-        return None
-    return max(1, usable_cores() // batching.parallel)
+    batches = parallel_batches(index, batching)
+    return max(1, usable_cores() // batches) if batches > 1 else None
 
 
 def _search_batch(
@@ -124,19 +122,14 @@ def _search_batch(
 
 def score_spreads(found: SearchResult) -> list[dict[str, float]]:
     """Each query's min, median and max score over the rows found (a store pads with row -1 where it found fewer:
-    an empty IVF probe), and their count; one vectorized pass where every row was found (the usual case)."""
+    an empty IVF probe; a query with none has the spread of a single 0), and their count, for the batch at once."""
     valid = found.rows >= 0
-    if valid.all():
-        scores = found.scores.astype(np.float64)
-        rows = zip(scores.min(axis=1), np.median(scores, axis=1), scores.max(axis=1), strict=True)
-        return [{"min": float(a), "median": float(m), "max": float(b), "n": scores.shape[1]} for a, m, b in rows]
-    spreads = []
-    for scores, found_rows in zip(found.scores.astype(np.float64), valid, strict=True):
-        of = scores[found_rows] if found_rows.any() else np.zeros(1)
-        spreads.append(
-            {"min": float(of.min()), "median": float(np.median(of)), "max": float(of.max()), "n": int(found_rows.sum())}
-        )
-    return spreads
+    scores = np.where(valid, found.scores.astype(np.float64), np.nan)
+    scores[~valid.any(axis=1)] = 0.0
+    # np.median where every row was found (the usual case): nanmedian walks the rows one by one.
+    middles = np.median(scores, axis=1) if valid.all() else np.nanmedian(scores, axis=1)
+    spreads = zip(np.nanmin(scores, axis=1), middles, np.nanmax(scores, axis=1), valid.sum(axis=1), strict=True)
+    return [{"min": float(a), "median": float(m), "max": float(b), "n": int(n)} for a, m, b, n in spreads]
 
 
 def _unavailable_model(name: str, folder: Path, checkpoints: Path | None) -> Entry:
